@@ -1,0 +1,141 @@
+//! The crate's one error type.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::status::Entry;
+
+/// A specialised `Result` whose error is [`enum@Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong while taking, holding or inspecting a lock.
+///
+/// Every filesystem variant names the path it failed on and keeps the underlying
+/// [`io::Error`] as its [`source`](std::error::Error::source), so [`Error::kind`] and the
+/// conversion into [`io::Error`] keep the [`io::ErrorKind`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A filesystem operation failed.
+    #[error("failed to {action} `{}`", path.display())]
+    Io {
+        /// What was being done, as a verb phrase ("create lock file").
+        action: &'static str,
+        /// The path the operation was on.
+        path: PathBuf,
+        /// The operating system's error.
+        #[source]
+        source: io::Error,
+    },
+    /// The locked directory, or the state directory, is not a real directory
+    /// (a file, a symlink, or something else).
+    #[error("`{}` is not a directory ({found})", path.display())]
+    NotADirectory {
+        /// The offending path.
+        path: PathBuf,
+        /// What was found there instead ("symlink", "file", ...).
+        found: &'static str,
+    },
+    /// A `try_*` call found the lock held.
+    #[error("lock on `{}` is busy: {}", dir.display(), describe(holder.as_deref()))]
+    WouldBlock {
+        /// The locked directory.
+        dir: PathBuf,
+        /// Who was in the way at the last look, if anyone could be named.
+        holder: Option<Box<Entry>>,
+    },
+    /// A `try_*_for` / `try_*_until` call ran out of time.
+    #[error("timed out after {:.1} s waiting for lock on `{}`: {}", waited.as_secs_f64(), dir.display(), describe(holder.as_deref()))]
+    TimedOut {
+        /// The locked directory.
+        dir: PathBuf,
+        /// How long the call waited.
+        waited: Duration,
+        /// Who was in the way at the last look, if anyone could be named.
+        holder: Option<Box<Entry>>,
+    },
+    /// The lock file of a held (or just granted) lock is no longer ours: it was removed
+    /// or replaced by someone else, or its filesystem went away.
+    #[error("lock lost: `{}`: {reason}", path.display())]
+    LockLost {
+        /// The lock file that was lost.
+        path: PathBuf,
+        /// What was observed.
+        reason: String,
+    },
+}
+
+fn describe(holder: Option<&Entry>) -> String {
+    match holder {
+        Some(e) => format!("held by {}", e.describe()),
+        None => "held by another process".to_string(),
+    }
+}
+
+impl Error {
+    /// The [`io::ErrorKind`] that best describes this error.
+    ///
+    /// `WouldBlock` and `TimedOut` map to the kinds of the same name, `NotADirectory` to
+    /// [`io::ErrorKind::NotADirectory`], `LockLost` to [`io::ErrorKind::Other`], and
+    /// filesystem errors keep the operating system's kind.
+    pub fn kind(&self) -> io::ErrorKind {
+        match self {
+            Error::Io { source, .. } => source.kind(),
+            Error::NotADirectory { .. } => io::ErrorKind::NotADirectory,
+            Error::WouldBlock { .. } => io::ErrorKind::WouldBlock,
+            Error::TimedOut { .. } => io::ErrorKind::TimedOut,
+            Error::LockLost { .. } => io::ErrorKind::Other,
+        }
+    }
+
+    /// The path this error is about: the file or directory for filesystem errors, the
+    /// locked directory for `WouldBlock` and `TimedOut`.
+    pub fn path(&self) -> &Path {
+        match self {
+            Error::Io { path, .. }
+            | Error::NotADirectory { path, .. }
+            | Error::LockLost { path, .. } => path,
+            Error::WouldBlock { dir, .. } | Error::TimedOut { dir, .. } => dir,
+        }
+    }
+
+    /// The holder that was in the way, for `WouldBlock` and `TimedOut`.
+    pub fn holder(&self) -> Option<&Entry> {
+        match self {
+            Error::WouldBlock { holder, .. } | Error::TimedOut { holder, .. } => holder.as_deref(),
+            _ => None,
+        }
+    }
+}
+
+impl From<Error> for io::Error {
+    fn from(err: Error) -> io::Error {
+        io::Error::new(err.kind(), err)
+    }
+}
+
+/// Attaches a path and an action to an `io::Result`, keeping the error kind.
+pub(crate) trait IoResultExt<T> {
+    fn at(self, action: &'static str, path: impl FnOnce() -> PathBuf) -> Result<T>;
+}
+
+impl<T> IoResultExt<T> for io::Result<T> {
+    fn at(self, action: &'static str, path: impl FnOnce() -> PathBuf) -> Result<T> {
+        self.map_err(|source| Error::Io {
+            action,
+            path: path(),
+            source,
+        })
+    }
+}
+
+impl<T> IoResultExt<T> for nix::Result<T> {
+    fn at(self, action: &'static str, path: impl FnOnce() -> PathBuf) -> Result<T> {
+        self.map_err(|errno| Error::Io {
+            action,
+            path: path(),
+            source: io::Error::from(errno),
+        })
+    }
+}

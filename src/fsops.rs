@@ -1,0 +1,548 @@
+//! The only module that touches lock files. Every operation is relative to an open
+//! descriptor of the state directory, never follows a symlink at a lock name, and never
+//! opens an existing lock name for writing.
+
+use std::ffi::OsStr;
+use std::io::Write as _;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use nix::dir::Dir;
+use nix::errno::Errno;
+use nix::fcntl::{AT_FDCWD, AtFlags, OFlag, openat};
+use nix::sys::stat::{FileStat, Mode, SFlag, fstat, fstatat, mkdirat};
+use nix::unistd::{UnlinkatFlags, linkat, unlinkat};
+use uuid::Uuid;
+
+use crate::error::{Error, IoResultExt, Result};
+use crate::holder::{Holder, MAX_RECORD};
+use crate::liveness::{self, Liveness};
+use crate::names::LockName;
+use crate::sys::{self, FsKind};
+
+/// The default name of the state directory inside the locked directory.
+pub(crate) const STATE_DIR_NAME: &str = ".rwdir";
+
+/// Mode of lock files before the umask: readable by everyone, so that any user can judge
+/// the owner; removal is governed by the directory's permissions.
+const FILE_MODE: u32 = 0o644;
+/// Mode of the state directory before the umask.
+const DIR_MODE: u32 = 0o777;
+
+/// An open state directory (`DIR/.rwdir`).
+#[derive(Debug)]
+pub(crate) struct StateDir {
+    fd: OwnedFd,
+    path: PathBuf,
+    kind: FsKind,
+    /// Whether `O_TMPFILE` + `linkat` works here; cleared on the first failure.
+    tmpfile: AtomicBool,
+}
+
+/// The lock files found by one `readdir`, by kind. Foreign names are left out.
+#[derive(Debug, Default)]
+pub(crate) struct Listing {
+    pub(crate) master: bool,
+    /// Sorted by queue order `(ns, uuid)`.
+    pub(crate) pending: Vec<LockName>,
+    pub(crate) slaves: Vec<LockName>,
+    /// Sorted by `(ns, uuid)`.
+    pub(crate) breaks: Vec<LockName>,
+    pub(crate) tmps: Vec<LockName>,
+    pub(crate) tokens: Vec<u64>,
+}
+
+impl Listing {
+    pub(crate) fn has(&self, name: &LockName) -> bool {
+        match name {
+            LockName::Master => self.master,
+            LockName::Pending { .. } => self.pending.contains(name),
+            LockName::Slave { .. } => self.slaves.contains(name),
+            LockName::Break { .. } => self.breaks.contains(name),
+            LockName::Tmp { .. } => self.tmps.contains(name),
+            LockName::Token(n) => self.tokens.contains(n),
+        }
+    }
+
+    /// Sorts an unordered set of names into a listing (also used by the fuzz target).
+    pub(crate) fn from_names(names: impl IntoIterator<Item = LockName>) -> Listing {
+        let mut l = Listing::default();
+        for name in names {
+            match name {
+                LockName::Master => l.master = true,
+                LockName::Pending { .. } => l.pending.push(name),
+                LockName::Slave { .. } => l.slaves.push(name),
+                LockName::Break { .. } => l.breaks.push(name),
+                LockName::Tmp { .. } => l.tmps.push(name),
+                LockName::Token(n) => l.tokens.push(n),
+            }
+        }
+        l.pending.sort_by_key(LockName::order_key);
+        l.breaks.sort_by_key(LockName::order_key);
+        l.tokens.sort_unstable();
+        l
+    }
+}
+
+/// What reading a lock file found.
+#[derive(Debug, Clone)]
+pub(crate) enum Found {
+    /// Nothing at that name.
+    Gone,
+    /// Something is there.
+    File {
+        /// The parsed record; `None` for a malformed file (garbage, empty, too large, a
+        /// symlink, a directory, a FIFO, unreadable...).
+        holder: Option<Holder>,
+        /// Last modification (the heartbeat).
+        mtime: SystemTime,
+        /// Whether it is a regular file.
+        regular: bool,
+    },
+}
+
+/// A lock file we created: its descriptor (for the heartbeat and ownership checks) and
+/// the nonce written into it.
+#[derive(Debug)]
+pub(crate) struct Created {
+    pub(crate) fd: OwnedFd,
+}
+
+impl StateDir {
+    /// Opens (and with `create`, makes) the state directory. `Ok(None)` when it does not
+    /// exist and `create` is false.
+    pub(crate) fn open(dir: &Path, state: Option<&Path>, create: bool) -> Result<Option<StateDir>> {
+        let dir_fd = openat(
+            AT_FDCWD,
+            dir,
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| match e {
+            Errno::ENOTDIR => Error::NotADirectory {
+                path: dir.to_path_buf(),
+                found: "not a directory",
+            },
+            e => Error::Io {
+                action: "open directory",
+                path: dir.to_path_buf(),
+                source: e.into(),
+            },
+        })?;
+        let (parent_fd, leaf, path): (OwnedFd, &OsStr, PathBuf) = match state {
+            None => (dir_fd, OsStr::new(STATE_DIR_NAME), dir.join(STATE_DIR_NAME)),
+            Some(state) => {
+                let leaf = state.file_name().ok_or_else(|| Error::NotADirectory {
+                    path: state.to_path_buf(),
+                    found: "no final path component",
+                })?;
+                let parent = match state.parent() {
+                    Some(p) if !p.as_os_str().is_empty() => p,
+                    _ => Path::new("."),
+                };
+                let pfd = openat(
+                    AT_FDCWD,
+                    parent,
+                    OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+                    Mode::empty(),
+                )
+                .at("open directory", || parent.to_path_buf())?;
+                (pfd, leaf, state.to_path_buf())
+            }
+        };
+        loop {
+            match openat(
+                &parent_fd,
+                leaf,
+                OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            ) {
+                Ok(fd) => {
+                    let kind = sys::fs_kind(&fd);
+                    return Ok(Some(StateDir {
+                        fd,
+                        path,
+                        kind,
+                        tmpfile: AtomicBool::new(true),
+                    }));
+                }
+                Err(Errno::ENOENT) if create => {
+                    match mkdirat(&parent_fd, leaf, Mode::from_bits_truncate(DIR_MODE)) {
+                        Ok(()) | Err(Errno::EEXIST) => continue,
+                        Err(e) => return Err(e).at("create state directory", || path.clone()),
+                    }
+                }
+                Err(Errno::ENOENT) => return Ok(None),
+                Err(Errno::ELOOP | Errno::ENOTDIR) => {
+                    let found = match fstatat(&parent_fd, leaf, AtFlags::AT_SYMLINK_NOFOLLOW) {
+                        Ok(st) if file_type(&st) == SFlag::S_IFLNK => "a symlink",
+                        Ok(st) if file_type(&st) == SFlag::S_IFREG => "a regular file",
+                        _ => "not a directory",
+                    };
+                    return Err(Error::NotADirectory { path, found });
+                }
+                Err(e) => return Err(e).at("open state directory", || path.clone()),
+            }
+        }
+    }
+
+    /// The state directory's path.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether the state directory is on a filesystem that may be shared between hosts.
+    pub(crate) fn is_remote(&self) -> bool {
+        self.kind == FsKind::Remote
+    }
+
+    pub(crate) fn path_of(&self, name: &LockName) -> PathBuf {
+        self.path.join(name.to_string())
+    }
+
+    /// One `readdir` of the state directory.
+    pub(crate) fn list(&self) -> Result<Listing> {
+        let mut dir = Dir::openat(
+            &self.fd,
+            ".",
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .at("list state directory", || self.path.clone())?;
+        let mut names = Vec::new();
+        for entry in dir.iter() {
+            let entry = entry.at("list state directory", || self.path.clone())?;
+            if let Some(name) = LockName::parse(entry.file_name().to_bytes()) {
+                names.push(name);
+            }
+        }
+        Ok(Listing::from_names(names))
+    }
+
+    /// `put(name)` (PROTOCOL.md §2.1): creates `name` with `holder`'s record, atomically,
+    /// never overwriting anything. `Ok(None)` if the name is taken.
+    pub(crate) fn put(&self, name: &LockName, holder: &Holder) -> Result<Option<Created>> {
+        let content = holder.format();
+        let target = name.to_string();
+        if self.tmpfile.load(Ordering::Relaxed) {
+            match self.put_tmpfile(&target, content.as_bytes()) {
+                Ok(r) => return self.resolve_taken(name, holder, r),
+                Err(Fallback) => self.tmpfile.store(false, Ordering::Relaxed),
+            }
+        }
+        let r = self.put_linked(&target, content.as_bytes())?;
+        self.resolve_taken(name, holder, r)
+    }
+
+    /// `O_TMPFILE` + `linkat` through `/proc/self/fd`: one anonymous inode, written, then
+    /// given its name. `Err(Fallback)` when the filesystem cannot do it.
+    fn put_tmpfile(&self, target: &str, content: &[u8]) -> Result<LinkResult, Fallback> {
+        let fd = openat(
+            &self.fd,
+            ".",
+            OFlag::O_TMPFILE | OFlag::O_WRONLY | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(FILE_MODE),
+        )
+        .map_err(|_| Fallback)?;
+        let mut file = std::fs::File::from(fd);
+        file.write_all(content).map_err(|_| Fallback)?;
+        let proc_path = format!("/proc/self/fd/{}", file.as_raw_fd());
+        match linkat(
+            AT_FDCWD,
+            proc_path.as_str(),
+            &self.fd,
+            target,
+            AtFlags::AT_SYMLINK_FOLLOW,
+        ) {
+            Ok(()) => Ok(LinkResult::Linked(file.into())),
+            Err(Errno::EEXIST) => Ok(LinkResult::Exists),
+            Err(Errno::EPERM) => Ok(LinkResult::Perm),
+            Err(e) => Ok(LinkResult::Failed(e, self.path.join(target))),
+        }
+    }
+
+    /// Temp file + `link` + `unlink` (the portable `put`).
+    fn put_linked(&self, target: &str, content: &[u8]) -> Result<LinkResult> {
+        let tmp = LockName::Tmp {
+            uuid: Uuid::new_v4(),
+        }
+        .to_string();
+        let fd = openat(
+            &self.fd,
+            tmp.as_str(),
+            OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(FILE_MODE),
+        )
+        .at("create temporary file", || self.path.join(&tmp))?;
+        let mut file = std::fs::File::from(fd);
+        let written = file.write_all(content);
+        let linked = match written {
+            Ok(()) => linkat(&self.fd, tmp.as_str(), &self.fd, target, AtFlags::empty()),
+            Err(_) => Ok(()),
+        };
+        // The temporary name has no meaning for the protocol: remove it whatever happened.
+        let _ = unlinkat(&self.fd, tmp.as_str(), UnlinkatFlags::NoRemoveDir);
+        written.at("write temporary file", || self.path.join(&tmp))?;
+        Ok(match linked {
+            Ok(()) => LinkResult::Linked(file.into()),
+            Err(Errno::EEXIST) => LinkResult::Exists,
+            Err(Errno::EPERM) => LinkResult::Perm,
+            Err(e) => LinkResult::Failed(e, self.path.join(target)),
+        })
+    }
+
+    /// Turns the outcome of a `link` into "created" or "taken". `EEXIST` is authoritative
+    /// on a local filesystem. Otherwise (`EPERM` from sshfs on a lost race, `EEXIST` after
+    /// an NFSv3 retransmission) the name is read back and the nonce decides.
+    fn resolve_taken(
+        &self,
+        name: &LockName,
+        holder: &Holder,
+        r: LinkResult,
+    ) -> Result<Option<Created>> {
+        match r {
+            LinkResult::Linked(fd) => Ok(Some(Created { fd })),
+            LinkResult::Exists if !self.is_remote() => Ok(None),
+            LinkResult::Failed(e, path) => Err(e).at("create lock file", || path),
+            LinkResult::Exists | LinkResult::Perm => {
+                let target = name.to_string();
+                match openat(
+                    &self.fd,
+                    target.as_str(),
+                    OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
+                    Mode::empty(),
+                ) {
+                    Ok(fd) => {
+                        let (h, _, _) = read_fd(&fd).at("read lock file", || self.path_of(name))?;
+                        if h.is_some_and(|h| h.nonce == holder.nonce) {
+                            Ok(Some(Created { fd }))
+                        } else {
+                            Ok(None)
+                        }
+                    }
+                    Err(Errno::ENOENT) if matches!(r, LinkResult::Perm) => {
+                        // No race was lost: the filesystem refuses hard links. Create the
+                        // name directly (an empty or partial file reads as malformed).
+                        self.put_direct(&target, holder)
+                    }
+                    Err(Errno::ENOENT) => Ok(None),
+                    Err(_) => Ok(None),
+                }
+            }
+        }
+    }
+
+    /// Fallback for filesystems without hard links: `O_CREAT|O_EXCL` on the name itself.
+    fn put_direct(&self, target: &str, holder: &Holder) -> Result<Option<Created>> {
+        let fd = match openat(
+            &self.fd,
+            target,
+            OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(FILE_MODE),
+        ) {
+            Ok(fd) => fd,
+            Err(Errno::EEXIST | Errno::EPERM) => return Ok(None),
+            Err(e) => return Err(e).at("create lock file", || self.path.join(target)),
+        };
+        let mut file = std::fs::File::from(fd);
+        file.write_all(holder.format().as_bytes())
+            .at("write lock file", || self.path.join(target))?;
+        Ok(Some(Created { fd: file.into() }))
+    }
+
+    /// Reads a lock file without following a symlink, blocking on a FIFO, or reading more
+    /// than a record's maximum size.
+    pub(crate) fn read(&self, name: &LockName) -> Result<Found> {
+        let target = name.to_string();
+        match openat(
+            &self.fd,
+            target.as_str(),
+            OFlag::O_RDONLY
+                | OFlag::O_NOFOLLOW
+                | OFlag::O_NONBLOCK
+                | OFlag::O_CLOEXEC
+                | OFlag::O_NOCTTY,
+            Mode::empty(),
+        ) {
+            Ok(fd) => {
+                let (holder, mtime, regular) =
+                    read_fd(&fd).at("read lock file", || self.path_of(name))?;
+                Ok(Found::File {
+                    holder,
+                    mtime,
+                    regular,
+                })
+            }
+            Err(Errno::ENOENT) => Ok(Found::Gone),
+            // A symlink (ELOOP), an unreadable file (EACCES), a socket (ENXIO) ...:
+            // malformed, judged by its own mtime.
+            Err(_) => match fstatat(&self.fd, target.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+                Ok(st) => Ok(Found::File {
+                    holder: None,
+                    mtime: mtime_of(&st),
+                    regular: false,
+                }),
+                Err(Errno::ENOENT) => Ok(Found::Gone),
+                Err(e) => Err(e).at("inspect lock file", || self.path_of(name)),
+            },
+        }
+    }
+
+    /// Removes a lock name. `Ok(false)` if it was already gone. A directory at a lock name
+    /// is removed only if it is empty.
+    pub(crate) fn unlink(&self, name: &LockName) -> Result<bool> {
+        let target = name.to_string();
+        match unlinkat(&self.fd, target.as_str(), UnlinkatFlags::NoRemoveDir) {
+            Ok(()) => Ok(true),
+            Err(Errno::ENOENT) => Ok(false),
+            Err(Errno::EISDIR) => {
+                match unlinkat(&self.fd, target.as_str(), UnlinkatFlags::RemoveDir) {
+                    Ok(()) => Ok(true),
+                    Err(Errno::ENOENT) => Ok(false),
+                    Err(e) => Err(e).at("remove directory at lock name", || self.path_of(name)),
+                }
+            }
+            Err(e) => Err(e).at("remove lock file", || self.path_of(name)),
+        }
+    }
+
+    /// Reads and judges a lock file.
+    pub(crate) fn judge(&self, name: &LockName, malformed_lease: Duration) -> Result<Judged> {
+        Ok(match self.read(name)? {
+            Found::Gone => Judged::Gone,
+            Found::File { holder, mtime, .. } => Judged::File {
+                liveness: liveness::judge(
+                    holder.as_ref(),
+                    mtime,
+                    SystemTime::now(),
+                    malformed_lease,
+                ),
+            },
+        })
+    }
+
+    /// `unlink_if_dead` for unique names (PROTOCOL.md §2.2): reads, judges, and removes
+    /// the file if its owner is dead.
+    pub(crate) fn unlink_if_dead(
+        &self,
+        name: &LockName,
+        malformed_lease: Duration,
+    ) -> Result<Judged> {
+        debug_assert!(name.is_unique());
+        let j = self.judge(name, malformed_lease)?;
+        if let Judged::File {
+            liveness: Liveness::Dead,
+            ..
+        } = j
+        {
+            self.unlink(name)?;
+        }
+        Ok(j)
+    }
+
+    /// Whether our own file `name`, open as `fd`, is still ours: it has not been unlinked,
+    /// and the name still points at the same inode (local), or at a record with our nonce
+    /// (remote filesystems, where inode numbers and link counts are not reliable).
+    pub(crate) fn still_ours(&self, name: &LockName, fd: &OwnedFd, nonce: Uuid) -> Result<bool> {
+        let target = name.to_string();
+        if self.is_remote() {
+            return match openat(
+                &self.fd,
+                target.as_str(),
+                OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            ) {
+                Ok(fd) => {
+                    let (h, _, _) = read_fd(&fd).at("read lock file", || self.path_of(name))?;
+                    Ok(h.is_some_and(|h| h.nonce == nonce))
+                }
+                Err(Errno::ENOENT) => Ok(false),
+                Err(e) => Err(e).at("read lock file", || self.path_of(name)),
+            };
+        }
+        let own = fstat(fd).at("inspect lock file", || self.path_of(name))?;
+        if own.st_nlink == 0 {
+            return Ok(false);
+        }
+        match fstatat(&self.fd, target.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(st) => Ok(st.st_dev == own.st_dev && st.st_ino == own.st_ino),
+            Err(Errno::ENOENT) => Ok(false),
+            Err(e) => Err(e).at("inspect lock file", || self.path_of(name)),
+        }
+    }
+
+    /// Renews the heartbeat of our own file: sets its mtime to now through our own
+    /// descriptor, so that a successor's file can never be touched.
+    pub(crate) fn touch(fd: &OwnedFd) -> nix::Result<()> {
+        use nix::sys::stat::futimens;
+        use nix::sys::time::TimeSpec;
+        futimens(fd, &TimeSpec::UTIME_NOW, &TimeSpec::UTIME_NOW)
+    }
+}
+
+/// A read-and-judged lock file.
+#[derive(Debug, Clone)]
+pub(crate) enum Judged {
+    Gone,
+    File { liveness: Liveness },
+}
+
+impl Judged {
+    pub(crate) fn is_dead(&self) -> bool {
+        matches!(
+            self,
+            Judged::File {
+                liveness: Liveness::Dead,
+                ..
+            }
+        )
+    }
+
+    /// Present and not dead: it blocks whoever it is in the way of.
+    pub(crate) fn is_live(&self) -> bool {
+        matches!(self, Judged::File { liveness, .. } if !liveness.is_dead())
+    }
+}
+
+enum LinkResult {
+    Linked(OwnedFd),
+    Exists,
+    Perm,
+    Failed(Errno, PathBuf),
+}
+
+struct Fallback;
+
+fn file_type(st: &FileStat) -> SFlag {
+    SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits())
+}
+
+fn mtime_of(st: &FileStat) -> SystemTime {
+    let secs = u64::try_from(st.st_mtime).unwrap_or(0);
+    let nanos = u32::try_from(st.st_mtime_nsec).unwrap_or(0);
+    UNIX_EPOCH + Duration::new(secs, nanos.min(999_999_999))
+}
+
+/// Reads a record through an open descriptor, at most `MAX_RECORD + 1` bytes, and only
+/// from a regular file.
+fn read_fd(fd: &OwnedFd) -> std::io::Result<(Option<Holder>, SystemTime, bool)> {
+    let st = fstat(fd)?;
+    let mtime = mtime_of(&st);
+    if file_type(&st) != SFlag::S_IFREG {
+        return Ok((None, mtime, false));
+    }
+    // Bounded: a huge file at a lock name costs at most one record's worth of reading.
+    let mut buf = vec![0u8; MAX_RECORD + 1];
+    let mut len = 0;
+    while len < buf.len() {
+        match nix::unistd::read(fd, &mut buf[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok((Holder::parse(&buf[..len]), mtime, true))
+}

@@ -1,0 +1,337 @@
+//! Owned guards, release, downgrade, and the heartbeat that keeps a held lock file fresh
+//! and notices when it is lost (PROTOCOL.md §3.3, §3.8).
+
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use nix::errno::Errno;
+use parking_lot::Mutex;
+use uuid::Uuid;
+
+use crate::error::{Error, Result};
+use crate::fsops::StateDir;
+use crate::holder::Kind;
+use crate::names::LockName;
+use crate::protocol::{self, Config, Own};
+
+/// A lock file this process holds.
+#[derive(Debug)]
+pub(crate) struct Held {
+    sd: Arc<StateDir>,
+    cfg: Arc<Config>,
+    name: LockName,
+    nonce: Uuid,
+    /// Our descriptor on the file: heartbeat and ownership checks. Closed on release,
+    /// before the unlink (NFS would otherwise leave a `.nfsXXXX` file behind).
+    fd: Mutex<Option<OwnedFd>>,
+    /// The process that created the file; a forked child never releases it.
+    owner_pid: u32,
+    lost: AtomicBool,
+    released: AtomicBool,
+}
+
+impl Held {
+    pub(crate) fn new(sd: Arc<StateDir>, cfg: Arc<Config>, own: Own) -> Arc<Held> {
+        let held = Arc::new(Held {
+            sd,
+            cfg,
+            name: own.name,
+            nonce: own.nonce,
+            fd: Mutex::new(Some(own.created.fd)),
+            owner_pid: std::process::id(),
+            lost: AtomicBool::new(false),
+            released: AtomicBool::new(false),
+        });
+        heartbeat::register(&held);
+        held
+    }
+
+    fn path(&self) -> std::path::PathBuf {
+        self.sd.path_of(&self.name)
+    }
+
+    /// Checks now that the file is still ours.
+    pub(crate) fn check(&self) -> Result<()> {
+        if self.lost.load(Ordering::Relaxed) {
+            return Err(self.lost_error("the heartbeat found the lock file gone or replaced"));
+        }
+        let fd = self.fd.lock();
+        let Some(fd) = fd.as_ref() else {
+            return Err(self.lost_error("the lock was already released"));
+        };
+        match self.sd.still_ours(&self.name, fd, self.nonce) {
+            Ok(true) => Ok(()),
+            Ok(false) => {
+                self.lost.store(true, Ordering::Relaxed);
+                Err(self.lost_error("the lock file was removed or replaced by someone else"))
+            }
+            Err(e) => {
+                self.lost.store(true, Ordering::Relaxed);
+                Err(Error::LockLost {
+                    path: self.path(),
+                    reason: e.to_string(),
+                })
+            }
+        }
+    }
+
+    fn lost_error(&self, reason: &str) -> Error {
+        Error::LockLost {
+            path: self.path(),
+            reason: reason.to_string(),
+        }
+    }
+
+    /// Releases the file (R5 / W8). Idempotent; a no-op in a forked child.
+    pub(crate) fn release(&self) -> Result<()> {
+        if std::process::id() != self.owner_pid || self.released.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let ours = self.check();
+        // Close our descriptor before the unlink.
+        drop(self.fd.lock().take());
+        match ours {
+            Ok(()) => {
+                self.sd.unlink(&self.name)?;
+                Ok(())
+            }
+            // Not ours any more: remove nothing, report it.
+            Err(e) => Err(e),
+        }
+    }
+
+    fn heartbeat(&self) {
+        if self.released.load(Ordering::Relaxed) || self.lost.load(Ordering::Relaxed) {
+            return;
+        }
+        let guard = self.fd.lock();
+        let Some(fd) = guard.as_ref() else { return };
+        let ok = match self.sd.still_ours(&self.name, fd, self.nonce) {
+            Ok(true) => !matches!(
+                StateDir::touch(fd),
+                Err(Errno::EIO | Errno::ENOTCONN | Errno::ESTALE)
+            ),
+            // ENOENT of the directory, EIO, ENOTCONN: the filesystem went away.
+            Ok(false) | Err(_) => false,
+        };
+        if !ok {
+            self.lost.store(true, Ordering::Relaxed);
+        }
+    }
+
+    fn period(&self) -> Duration {
+        (self.cfg.lease / 3).max(Duration::from_millis(50))
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let _ = self.release();
+    }
+}
+
+/// A shared (read) lock on a directory. Released when dropped.
+///
+/// Owned (no lifetime), `Send` and `Sync`: it can be moved to another thread or kept in
+/// a struct.
+#[must_use = "if unused the lock is released immediately"]
+#[clippy::has_significant_drop]
+#[derive(Debug)]
+pub struct ReadGuard {
+    held: Arc<Held>,
+}
+
+/// An exclusive (write) lock on a directory. Released when dropped.
+///
+/// Owned (no lifetime), `Send` and `Sync`. Carries the fencing token of this grant.
+#[must_use = "if unused the lock is released immediately"]
+#[clippy::has_significant_drop]
+#[derive(Debug)]
+pub struct WriteGuard {
+    held: Arc<Held>,
+    token: u64,
+}
+
+impl ReadGuard {
+    pub(crate) fn new(held: Arc<Held>) -> ReadGuard {
+        ReadGuard { held }
+    }
+
+    /// Releases the lock, reporting any error (dropping the guard discards it).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LockLost`] if the reader's file was removed by someone else while held
+    /// (for example by a `cleanup --all` or a lease judged on another host), and
+    /// [`Error::Io`] if removing the file failed.
+    pub fn release(self) -> Result<()> {
+        let r = self.held.release();
+        drop(self);
+        r
+    }
+
+    /// Checks, now, that the lock is still held: the reader's file exists and is ours.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LockLost`] if it is not.
+    pub fn check(&self) -> Result<()> {
+        self.held.check()
+    }
+
+    /// Whether the background heartbeat has found the lock lost (cheap; no system call).
+    pub fn is_lost(&self) -> bool {
+        self.held.lost.load(Ordering::Relaxed)
+    }
+
+    /// The path of this reader's lock file.
+    pub fn path(&self) -> std::path::PathBuf {
+        self.held.path()
+    }
+}
+
+impl WriteGuard {
+    pub(crate) fn new(held: Arc<Held>, token: u64) -> WriteGuard {
+        WriteGuard { held, token }
+    }
+
+    /// The fencing token of this grant (PROTOCOL.md §3.7): unique and strictly growing
+    /// over all write grants on this directory, even if two processes ever believe they
+    /// hold the lock. It protects only a resource that remembers the highest token it has
+    /// seen and rejects lower ones.
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+
+    /// Releases the lock, reporting any error (dropping the guard discards it).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LockLost`] if `.master_lock` is no longer ours (then nothing is removed),
+    /// and [`Error::Io`] if removing it failed.
+    pub fn release(self) -> Result<()> {
+        let r = self.held.release();
+        drop(self);
+        r
+    }
+
+    /// Checks, now, that the lock is still held: `.master_lock` exists and is ours.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LockLost`] if it is not.
+    pub fn check(&self) -> Result<()> {
+        self.held.check()
+    }
+
+    /// Whether the background heartbeat has found the lock lost (cheap; no system call).
+    pub fn is_lost(&self) -> bool {
+        self.held.lost.load(Ordering::Relaxed)
+    }
+
+    /// The path of `.master_lock`.
+    pub fn path(&self) -> std::path::PathBuf {
+        self.held.path()
+    }
+
+    /// Turns the write lock into a read lock without letting any other writer in: the
+    /// reader's file is created before `.master_lock` is removed. Waiting writers then
+    /// queue behind this reader as behind any other.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] if the reader's file cannot be created (the write lock is then
+    /// released all the same), [`Error::LockLost`] if `.master_lock` was no longer ours.
+    pub fn downgrade(self) -> Result<ReadGuard> {
+        let held = &self.held;
+        let name = LockName::Slave {
+            uuid: Uuid::new_v4(),
+        };
+        let record = protocol::record(&held.cfg, Kind::Read);
+        let created = held.sd.put(&name, &record)?;
+        let Some(created) = created else {
+            return Err(Error::LockLost {
+                path: held.sd.path_of(&name),
+                reason: "a file already exists at a fresh reader name".into(),
+            });
+        };
+        let own = Own {
+            name,
+            created,
+            nonce: record.nonce,
+        };
+        let reader = ReadGuard {
+            held: Held::new(Arc::clone(&held.sd), Arc::clone(&held.cfg), own),
+        };
+        self.release()?;
+        Ok(reader)
+    }
+}
+
+/// One heartbeat thread per process, shared by every held lock file.
+mod heartbeat {
+    use super::*;
+
+    static TX: OnceLock<Sender<Weak<Held>>> = OnceLock::new();
+
+    pub(super) fn register(held: &Arc<Held>) {
+        let tx = TX.get_or_init(|| {
+            let (tx, rx) = crossbeam_channel::unbounded();
+            let spawned = std::thread::Builder::new()
+                .name("rwdir-heartbeat".into())
+                .spawn(move || run(rx));
+            // Without a thread the heartbeat simply does not run; same-host judgement is
+            // exact without it.
+            drop(spawned);
+            tx
+        });
+        let _ = tx.send(Arc::downgrade(held));
+    }
+
+    fn run(rx: Receiver<Weak<Held>>) {
+        let mut beats: Vec<(Weak<Held>, Instant)> = Vec::new();
+        loop {
+            let next = beats.iter().map(|(_, due)| *due).min();
+            let msg = match next {
+                Some(due) => rx.recv_deadline(due),
+                None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            };
+            match msg {
+                Ok(w) => {
+                    if let Some(h) = w.upgrade() {
+                        beats.push((w, Instant::now() + h.period()));
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => return,
+                Err(RecvTimeoutError::Timeout) => {}
+            }
+            let now = Instant::now();
+            beats.retain_mut(|(w, due)| {
+                let Some(h) = w.upgrade() else { return false };
+                if h.released.load(Ordering::Relaxed) {
+                    return false;
+                }
+                if *due <= now {
+                    h.heartbeat();
+                    *due = now + h.period();
+                }
+                true
+            });
+        }
+    }
+}
+
+impl Drop for ReadGuard {
+    fn drop(&mut self) {
+        let _ = self.held.release();
+    }
+}
+
+impl Drop for WriteGuard {
+    fn drop(&mut self) {
+        let _ = self.held.release();
+    }
+}

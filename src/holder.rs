@@ -1,0 +1,256 @@
+//! Holder records: who created a lock file. A strict, versioned, self-validating text
+//! format, written once when the file is created and never rewritten.
+
+use std::fmt::Write as _;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use uuid::Uuid;
+
+use crate::names::{parse_u64, parse_uuid};
+
+/// The first line of every record; the number is the format version.
+const MAGIC: &str = "rwdir-holder 1";
+/// Records are never larger than this; a larger file is malformed and is read only up to
+/// this size.
+pub(crate) const MAX_RECORD: usize = 4096;
+
+/// What a lock file stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Kind {
+    /// A reader (`.slave_lock-*`).
+    Read,
+    /// The writer (`.master_lock`).
+    Write,
+    /// A queued writer (`.pending_lock-*`).
+    Pending,
+    /// A breaker of a stale `.master_lock` (`.break-*`).
+    Break,
+    /// A fencing-token file (`.token-*`).
+    Token,
+}
+
+impl Kind {
+    /// The word used in records and in `status`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Read => "read",
+            Kind::Write => "write",
+            Kind::Pending => "pending",
+            Kind::Break => "break",
+            Kind::Token => "token",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Kind> {
+        Some(match s {
+            "read" => Kind::Read,
+            "write" => Kind::Write,
+            "pending" => Kind::Pending,
+            "break" => Kind::Break,
+            "token" => Kind::Token,
+            _ => return None,
+        })
+    }
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The identity of the process that created a lock file, as stored in the file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Holder {
+    /// What the file stands for.
+    pub kind: Kind,
+    /// Host name (printable ASCII; other bytes are replaced by `?`).
+    pub host: String,
+    /// `/proc/sys/kernel/random/boot_id` of the host, or empty if unknown.
+    pub boot_id: String,
+    /// Inode number of the creator's pid namespace (`/proc/self/ns/pid`), 0 if unknown.
+    pub pidns: u64,
+    /// Process id in that namespace.
+    pub pid: u32,
+    /// Process start time in clock ticks since boot (field 22 of `/proc/PID/stat`).
+    pub start: u64,
+    /// A process group that also counts as the holder while any member lives (the
+    /// command run by `rwdir read|write`), 0 if none.
+    pub pgid: u32,
+    /// A fresh uuid for each file: ownership is decided by comparing nonces.
+    pub nonce: Uuid,
+    /// When the file was created, in nanoseconds since the Unix epoch.
+    pub since_ns: u64,
+    /// How long the file counts as held without a heartbeat, when its owner cannot be
+    /// checked directly (another host or pid namespace), in milliseconds.
+    pub lease_ms: u64,
+}
+
+impl Holder {
+    /// When the file was created.
+    pub fn since(&self) -> SystemTime {
+        UNIX_EPOCH + Duration::from_nanos(self.since_ns)
+    }
+
+    /// The lease the creator asked for.
+    pub fn lease(&self) -> Duration {
+        Duration::from_millis(self.lease_ms)
+    }
+
+    /// Serialises the record. The last line is a checksum of everything before it, so a
+    /// record cut short (or grown) never parses.
+    pub fn format(&self) -> String {
+        let mut s = String::with_capacity(320);
+        // Writing to a String cannot fail.
+        let _ = write!(
+            s,
+            "{MAGIC}\nkind {}\nhost {}\nboot_id {}\npidns {}\npid {}\nstart {}\npgid {}\nnonce {}\nsince_ns {}\nlease_ms {}\n",
+            self.kind,
+            sanitize(&self.host),
+            sanitize(&self.boot_id),
+            self.pidns,
+            self.pid,
+            self.start,
+            self.pgid,
+            self.nonce.hyphenated(),
+            self.since_ns,
+            self.lease_ms,
+        );
+        let sum = fnv1a64(s.as_bytes());
+        let _ = writeln!(s, "end {sum:016x}");
+        s
+    }
+
+    /// Parses a record. Anything but a complete, well-formed record of a known version
+    /// gives `None`: such a file is *malformed* and counts as held until its lease ends.
+    pub fn parse(bytes: &[u8]) -> Option<Holder> {
+        if bytes.len() > MAX_RECORD {
+            return None;
+        }
+        let text = std::str::from_utf8(bytes).ok()?;
+        let body_end = text.rfind("end ")?;
+        let (body, end) = text.split_at(body_end);
+        let sum = end.strip_prefix("end ")?.strip_suffix('\n')?;
+        if sum.len() != 16
+            || !sum.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+            || u64::from_str_radix(sum, 16).ok()? != fnv1a64(body.as_bytes())
+        {
+            return None;
+        }
+        let mut lines = body.strip_suffix('\n')?.split('\n');
+        if lines.next()? != MAGIC {
+            return None;
+        }
+        let mut field = |key: &str| -> Option<&str> {
+            let line = lines.next()?;
+            let v = line.strip_prefix(key)?.strip_prefix(' ')?;
+            (!v.contains(' ')).then_some(v)
+        };
+        let kind = Kind::parse(field("kind")?)?;
+        let host = field("host")?.to_string();
+        let boot_id = field("boot_id")?.to_string();
+        let pidns = parse_u64(field("pidns")?)?;
+        let pid = u32::try_from(parse_u64(field("pid")?)?).ok()?;
+        let start = parse_u64(field("start")?)?;
+        let pgid = u32::try_from(parse_u64(field("pgid")?)?).ok()?;
+        let nonce = parse_uuid(field("nonce")?)?;
+        let since_ns = parse_u64(field("since_ns")?)?;
+        let lease_ms = parse_u64(field("lease_ms")?)?;
+        if lines.next().is_some() || host != sanitize(&host) || boot_id != sanitize(&boot_id) {
+            return None;
+        }
+        Some(Holder {
+            kind,
+            host,
+            boot_id,
+            pidns,
+            pid,
+            start,
+            pgid,
+            nonce,
+            since_ns,
+            lease_ms,
+        })
+    }
+}
+
+/// Printable ASCII without spaces, at most 255 bytes; anything else becomes `?`.
+pub(crate) fn sanitize(s: &str) -> String {
+    s.chars()
+        .take(255)
+        .map(|c| if c.is_ascii_graphic() { c } else { '?' })
+        .collect()
+}
+
+/// 64-bit FNV-1a. A checksum against torn and truncated records, not a defence against
+/// forgery (anyone who can write the directory can delete lock files anyway).
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Holder {
+        Holder {
+            kind: Kind::Write,
+            host: "host-a".into(),
+            boot_id: "5d1f3a4e-0000-4000-8000-000000000000".into(),
+            pidns: 4026531836,
+            pid: 4242,
+            start: 123456,
+            pgid: 0,
+            nonce: Uuid::new_v4(),
+            since_ns: 1_700_000_000_123_456_789,
+            lease_ms: 45_000,
+        }
+    }
+
+    #[test]
+    fn round_trip() {
+        let h = sample();
+        assert_eq!(Holder::parse(h.format().as_bytes()), Some(h));
+    }
+
+    #[test]
+    fn every_truncation_is_malformed() {
+        let text = sample().format();
+        for cut in 0..text.len() {
+            assert_eq!(Holder::parse(&text.as_bytes()[..cut]), None, "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn any_flipped_byte_is_malformed() {
+        let text = sample().format().into_bytes();
+        for i in 0..text.len() {
+            let mut t = text.clone();
+            t[i] ^= 0x01;
+            assert_eq!(Holder::parse(&t), None, "flip at {i}");
+        }
+    }
+
+    #[test]
+    fn odd_host_names_are_sanitised() {
+        let mut h = sample();
+        h.host = "a b\nc\u{e9}".into();
+        let parsed = Holder::parse(h.format().as_bytes()).expect("parses");
+        assert_eq!(parsed.host, "a?b?c?");
+    }
+
+    #[test]
+    fn trailing_garbage_and_oversize_are_malformed() {
+        let mut t = sample().format();
+        t.push('x');
+        assert_eq!(Holder::parse(t.as_bytes()), None);
+        assert_eq!(Holder::parse(&vec![b'a'; MAX_RECORD + 1]), None);
+    }
+}

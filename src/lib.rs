@@ -1,0 +1,129 @@
+//! Crash-safe reader-writer locks on a directory, shared by many processes and many
+//! hosts, built only from lock files.
+//!
+//! ```
+//! let dir = tempfile::tempdir()?;
+//! let lock = rwdir::DirLock::new(dir.path())?;
+//! {
+//!     let _r1 = lock.read()?;
+//!     let _r2 = lock.try_read()?; // readers share
+//!     assert!(lock.try_write().is_err()); // a writer waits for them
+//! }
+//! let w = lock.write()?;
+//! assert!(w.token() >= 1); // the fencing token of this grant
+//! w.release()?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Guarantees
+//!
+//! - **Exclusion.** At most one writer holds the lock, and never while a reader does.
+//!   Readers share it. This holds between threads, processes, and (see *Network
+//!   filesystems*) hosts.
+//! - **Writer priority.** Once a writer waits, readers that arrive after it wait behind
+//!   it; a reader never overtakes a waiting writer.
+//! - **First come, first served** among writers, by the time they queued.
+//! - **No wedged directory.** A holder that dies, even by `SIGKILL`, is recognised as
+//!   dead and its files are removed by the next contender, with no cleanup step: at once
+//!   on the same host (exact check by pid and process start time), after the lease for a
+//!   holder on another host or in another pid namespace.
+//! - **Undo.** A timed-out or `try_*` acquisition removes exactly the files it created.
+//! - **Fencing.** Every write grant carries a token ([`WriteGuard::token`]) that is
+//!   unique and grows, even if a misjudged lease ever lets two writers in.
+//!
+//! # Protocol
+//!
+//! All state lives in `DIR/.rwdir/` (made on first use). A writer queues as
+//! `.pending_lock-<uuid>-<ns>`, waits until it is the oldest live queued writer and no
+//! `.master_lock` exists, creates `.master_lock` exclusively, leaves the queue, takes a
+//! fencing token `.token-<n>`, and waits for the readers' `.slave_lock-<uuid>` files to
+//! drain. A reader waits until there is neither a writer nor a queued writer, announces
+//! itself with `.slave_lock-<uuid>`, and then looks again: if a writer appeared meanwhile
+//! it withdraws and waits.
+//!
+//! ```text
+//!  reader R                     .rwdir/                       writer W
+//!  --------                     -------                       --------
+//!                                  <- put .pending_lock-u-ns   W1 queue
+//!  R1 list: pending -> wait        |
+//!                                  <- put .master_lock (EXCL)  W2 oldest, no master
+//!                                  <- unlink .pending_lock     W3
+//!                                  <- put .token-n             W4 fencing token
+//!                                  list: no .slave_lock        W5 drain -> ENTER
+//!                                  <- unlink .master_lock      W8 release
+//!  R1 list: free                   |
+//!  R2 put .slave_lock-u ->         |
+//!  R3 list: no master, no pending  |  -> ENTER
+//!  R5 unlink .slave_lock-u ->      |
+//! ```
+//!
+//! Every file is created whole (written under a temporary name, or as an anonymous
+//! `O_TMPFILE`, then `link`ed to its name, which never replaces anything) and carries a
+//! holder record: host, boot id, pid namespace, pid, process start time, process group,
+//! a nonce, creation time and lease, closed by a checksum line. The protocol was
+//! model-checked with Spin, including crashes at every step, non-atomic directory
+//! listings and timeouts.
+//!
+//! # Stale locks and leases
+//!
+//! A holder on the same host (same boot id and pid namespace) is dead exactly when its
+//! pid is gone or belongs to a process with another start time; a process group named in
+//! the record keeps it alive while any member lives. Any other holder (another host,
+//! a container) is dead when its file's mtime is older than its lease; holders renew
+//! their mtime every lease/3 from a background thread. A malformed file counts as held
+//! until it is older than the lease. `.master_lock`, the one reused name, is only ever
+//! removed by a breaker that first made itself the only breaker.
+//!
+//! # Network filesystems
+//!
+//! On NFS, CIFS and FUSE filesystems (detected with `statfs`), ownership is decided by
+//! the nonce read back through `open`, never by link counts or inode numbers, and a
+//! lost `link` race reported as `EPERM` is resolved the same way. Judging a holder on
+//! another host can only be a lease: a holder paused for longer than its lease (SIGSTOP,
+//! a VM pause) loses the lock while believing it holds it. The heartbeat notices that
+//! ([`WriteGuard::is_lost`], [`WriteGuard::check`]), but only the fencing token protects
+//! a resource that rejects stale tokens.
+//!
+//! # Pitfalls
+//!
+//! - The lock is **advisory**: it excludes only processes that take it. Anyone with
+//!   write access to `DIR/.rwdir/` can remove lock files.
+//! - A guard dropped early releases early: `let _ = lock.write()?;` releases at once
+//!   (the guards are `#[must_use]`); bind it to a named variable.
+//! - After `fork`, the child does not own the parent's guards: releasing or dropping
+//!   them in the child does nothing, and the parent still holds the lock.
+//! - Threads of one process take the lock like separate processes; a thread that waits
+//!   for a write lock while the same thread holds a read lock waits for ever.
+
+#![warn(
+    missing_docs,
+    missing_debug_implementations,
+    unreachable_pub,
+    rust_2018_idioms
+)]
+
+mod error;
+mod fsops;
+mod guard;
+mod holder;
+mod liveness;
+mod lock;
+mod names;
+mod protocol;
+mod status;
+mod sys;
+mod wait;
+
+pub use error::{Error, Result};
+pub use guard::{ReadGuard, WriteGuard};
+pub use holder::{Holder, Kind};
+pub use liveness::Liveness;
+pub use lock::{
+    Builder, DEFAULT_LEASE, DEFAULT_MAX_POLL, DEFAULT_MIN_POLL, DirLock, cleanup, cleanup_all,
+};
+pub use names::LockName;
+pub use status::{Entry, Status};
+
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -1,0 +1,489 @@
+//! `DirLock`, its builder, and the free cleanup functions.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::guard::{Held, ReadGuard, WriteGuard};
+use crate::protocol::{self, Config};
+use crate::status::{self, Entry, Status};
+use crate::wait::Deadline;
+
+/// Default lease: how long a holder on another host counts as alive without a heartbeat.
+///
+/// Chosen so that `lease > heartbeat (lease/3 = 15 s) + cache window (21 s measured on
+/// sshfs) + clock skew and mtime granularity (a few s)`. On the same host the lease
+/// plays no role: death is checked exactly.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(45);
+/// Default shortest pause between two looks while waiting.
+pub const DEFAULT_MIN_POLL: Duration = Duration::from_millis(1);
+/// Default longest pause between two looks while waiting.
+pub const DEFAULT_MAX_POLL: Duration = Duration::from_millis(100);
+
+/// A reader-writer lock on a directory.
+///
+/// Cheap to clone, `Send + Sync`. Every acquisition is independent: threads of one
+/// process and separate processes take the lock the same way.
+///
+/// ```
+/// use std::time::Duration;
+/// let dir = tempfile::tempdir()?;
+/// let lock = rwdir::DirLock::new(dir.path())?;
+/// let guard = lock.try_write_for(Duration::from_secs(5))?;
+/// assert!(lock.status()?.writer.is_some());
+/// drop(guard);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct DirLock {
+    cfg: Arc<Config>,
+}
+
+/// Options for a [`DirLock`]: lease, polling bounds, state directory, process group.
+///
+/// ```
+/// use std::time::Duration;
+/// let dir = tempfile::tempdir()?;
+/// let lock = rwdir::DirLock::builder(dir.path())
+///     .lease(Duration::from_secs(60))
+///     .poll_interval(Duration::from_millis(2), Duration::from_millis(50))
+///     .build()?;
+/// # drop(lock);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct Builder {
+    cfg: Config,
+}
+
+impl Builder {
+    /// How long a holder whose process cannot be checked directly (another host,
+    /// another pid namespace, a malformed file) counts as alive after its last
+    /// heartbeat. Heartbeats run every lease/3. Default: [`DEFAULT_LEASE`].
+    pub fn lease(mut self, lease: Duration) -> Builder {
+        self.cfg.lease = lease;
+        self
+    }
+
+    /// Bounds of the polling back-off while waiting: the first pause is about `min`,
+    /// each next one doubles up to `max`, each with ±50 % jitter.
+    /// Defaults: [`DEFAULT_MIN_POLL`], [`DEFAULT_MAX_POLL`].
+    pub fn poll_interval(mut self, min: Duration, max: Duration) -> Builder {
+        self.cfg.min_poll = min;
+        self.cfg.max_poll = max.max(min);
+        self
+    }
+
+    /// Keeps the lock files in `path` instead of `DIR/.rwdir`. Its parent must exist;
+    /// `path` itself is made on first use and must not be a symlink.
+    pub fn state_dir(mut self, path: impl Into<PathBuf>) -> Builder {
+        self.cfg.state_dir = Some(path.into());
+        self
+    }
+
+    /// Names a process group that keeps this process's locks alive while any member
+    /// lives, even after this process died (used by `rwdir read|write` for COMMAND).
+    pub fn process_group(mut self, pgid: u32) -> Builder {
+        self.cfg.pgid = pgid;
+        self
+    }
+
+    /// Checks the directory and makes the lock.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] (kind `NotFound`, `PermissionDenied`, ...) if the directory cannot
+    /// be opened, [`Error::NotADirectory`] if it is not a directory.
+    pub fn build(self) -> Result<DirLock> {
+        let meta = std::fs::metadata(&self.cfg.dir).map_err(|source| Error::Io {
+            action: "open directory",
+            path: self.cfg.dir.clone(),
+            source,
+        })?;
+        if !meta.is_dir() {
+            return Err(Error::NotADirectory {
+                path: self.cfg.dir.clone(),
+                found: "a file",
+            });
+        }
+        Ok(DirLock {
+            cfg: Arc::new(self.cfg),
+        })
+    }
+}
+
+impl DirLock {
+    /// A lock on `dir` with default options.
+    ///
+    /// # Errors
+    ///
+    /// As [`Builder::build`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let lock = rwdir::DirLock::new(dir.path())?;
+    /// assert_eq!(lock.path(), dir.path());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn new(dir: impl AsRef<Path>) -> Result<DirLock> {
+        DirLock::builder(dir).build()
+    }
+
+    /// A builder for a lock on `dir`.
+    pub fn builder(dir: impl AsRef<Path>) -> Builder {
+        Builder {
+            cfg: Config {
+                dir: dir.as_ref().to_path_buf(),
+                state_dir: None,
+                lease: DEFAULT_LEASE,
+                min_poll: DEFAULT_MIN_POLL,
+                max_poll: DEFAULT_MAX_POLL,
+                pgid: 0,
+            },
+        }
+    }
+
+    /// The locked directory.
+    pub fn path(&self) -> &Path {
+        &self.cfg.dir
+    }
+
+    /// The lease of this lock's files.
+    pub fn lease(&self) -> Duration {
+        self.cfg.lease
+    }
+
+    fn acquire_read(&self, deadline: Deadline) -> Result<ReadGuard> {
+        let sd = Arc::new(open(&self.cfg)?);
+        let own = protocol::read(&sd, &self.cfg, deadline)?;
+        Ok(ReadGuard::new(Held::new(sd, Arc::clone(&self.cfg), own)))
+    }
+
+    fn acquire_write(&self, deadline: Deadline) -> Result<WriteGuard> {
+        let sd = Arc::new(open(&self.cfg)?);
+        let (own, token) = protocol::write(&sd, &self.cfg, deadline)?;
+        Ok(WriteGuard::new(
+            Held::new(sd, Arc::clone(&self.cfg), own),
+            token,
+        ))
+    }
+
+    /// Takes a shared (read) lock, waiting as long as it takes.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] and [`Error::NotADirectory`] for filesystem problems (each names
+    /// the path); never `WouldBlock` or `TimedOut`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let lock = rwdir::DirLock::new(dir.path())?;
+    /// let r = lock.read()?;
+    /// r.release()?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn read(&self) -> Result<ReadGuard> {
+        self.acquire_read(Deadline::Never)
+    }
+
+    /// Makes one attempt at a shared lock, without sleeping (stale files of dead holders
+    /// are still recovered).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WouldBlock`], naming the holder in the way, if a writer holds or waits
+    /// for the lock; otherwise as [`DirLock::read`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let lock = rwdir::DirLock::new(dir.path())?;
+    /// let w = lock.write()?;
+    /// let err = lock.try_read().unwrap_err();
+    /// assert_eq!(err.kind(), std::io::ErrorKind::WouldBlock);
+    /// # drop(w);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn try_read(&self) -> Result<ReadGuard> {
+        self.acquire_read(Deadline::Once)
+    }
+
+    /// Takes a shared lock, waiting at most `timeout`. A timeout too large to represent
+    /// waits for ever.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::TimedOut`], naming the holder, when the time runs out; otherwise as
+    /// [`DirLock::read`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let dir = tempfile::tempdir()?;
+    /// let lock = rwdir::DirLock::new(dir.path())?;
+    /// let _r = lock.try_read_for(Duration::from_secs(1))?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn try_read_for(&self, timeout: Duration) -> Result<ReadGuard> {
+        self.acquire_read(Deadline::after(timeout))
+    }
+
+    /// Takes a shared lock, waiting until `deadline` at the latest.
+    ///
+    /// # Errors
+    ///
+    /// As [`DirLock::try_read_for`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// let dir = tempfile::tempdir()?;
+    /// let lock = rwdir::DirLock::new(dir.path())?;
+    /// let _r = lock.try_read_until(Instant::now() + Duration::from_secs(1))?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn try_read_until(&self, deadline: Instant) -> Result<ReadGuard> {
+        self.acquire_read(Deadline::At(deadline))
+    }
+
+    /// Takes the exclusive (write) lock, waiting as long as it takes: first in line
+    /// among writers, ahead of readers that arrive after it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] and [`Error::NotADirectory`] for filesystem problems,
+    /// [`Error::LockLost`] if the grant was taken away while waiting for readers
+    /// (possible only when a lease was misjudged across hosts).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let lock = rwdir::DirLock::new(dir.path())?;
+    /// let w = lock.write()?;
+    /// let first = w.token();
+    /// drop(w);
+    /// assert!(lock.write()?.token() > first);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn write(&self) -> Result<WriteGuard> {
+        self.acquire_write(Deadline::Never)
+    }
+
+    /// Makes one attempt at the write lock, without sleeping.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WouldBlock`], naming the holder in the way; otherwise as
+    /// [`DirLock::write`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let lock = rwdir::DirLock::new(dir.path())?;
+    /// let r = lock.read()?;
+    /// assert!(lock.try_write().is_err());
+    /// drop(r);
+    /// assert!(lock.try_write().is_ok());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn try_write(&self) -> Result<WriteGuard> {
+        self.acquire_write(Deadline::Once)
+    }
+
+    /// Takes the write lock, waiting at most `timeout`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::TimedOut`], naming the holder; otherwise as [`DirLock::write`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let dir = tempfile::tempdir()?;
+    /// let lock = rwdir::DirLock::new(dir.path())?;
+    /// let _r = lock.read()?;
+    /// let err = lock.try_write_for(Duration::from_millis(50)).unwrap_err();
+    /// assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn try_write_for(&self, timeout: Duration) -> Result<WriteGuard> {
+        self.acquire_write(Deadline::after(timeout))
+    }
+
+    /// Takes the write lock, waiting until `deadline` at the latest.
+    ///
+    /// # Errors
+    ///
+    /// As [`DirLock::try_write_for`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// let dir = tempfile::tempdir()?;
+    /// let lock = rwdir::DirLock::new(dir.path())?;
+    /// let _w = lock.try_write_until(Instant::now() + Duration::from_secs(1))?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn try_write_until(&self, deadline: Instant) -> Result<WriteGuard> {
+        self.acquire_write(Deadline::At(deadline))
+    }
+
+    /// Who holds and who waits, with a liveness verdict for each. Only reads; does not
+    /// create the state directory.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] if the state directory cannot be listed or a lock file cannot be
+    /// inspected, [`Error::NotADirectory`] if `.rwdir` is not a real directory.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let lock = rwdir::DirLock::new(dir.path())?;
+    /// let _r = lock.read()?;
+    /// let st = lock.status()?;
+    /// assert_eq!(st.readers.len(), 1);
+    /// assert_eq!(st.readers[0].liveness, rwdir::Liveness::Alive);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn status(&self) -> Result<Status> {
+        let sd = protocol::open_state(&self.cfg, false)?;
+        status::status(sd.as_ref(), &self.cfg)
+    }
+
+    /// Removes the lock files of dead holders (same host: process gone or pid reused;
+    /// otherwise: lease expired) and returns what it removed. Never removes a live
+    /// holder's file, a token file, or a file that is not a lock file.
+    ///
+    /// # Errors
+    ///
+    /// As [`DirLock::status`], and [`Error::Io`] if a file cannot be removed (for
+    /// example, for lack of permission).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let lock = rwdir::DirLock::new(dir.path())?;
+    /// let _r = lock.read()?;
+    /// assert!(lock.cleanup()?.is_empty()); // our own reader is alive
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn cleanup(&self) -> Result<Vec<Entry>> {
+        self.cleanup_with(false, false)
+    }
+
+    /// What [`DirLock::cleanup`] (or, with `all`, [`DirLock::cleanup_all`]) would remove
+    /// now, without removing anything.
+    ///
+    /// # Errors
+    ///
+    /// As [`DirLock::status`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let lock = rwdir::DirLock::new(dir.path())?;
+    /// let _r = lock.read()?;
+    /// assert!(lock.cleanup_plan(false)?.is_empty());
+    /// assert_eq!(lock.cleanup_plan(true)?.len(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn cleanup_plan(&self, all: bool) -> Result<Vec<Entry>> {
+        self.cleanup_with(all, true)
+    }
+
+    /// Removes **every** lock file, live or dead, keeping only the highest fencing token
+    /// so that tokens keep growing. For a pre-startup job, when no process uses the lock.
+    ///
+    /// # Errors
+    ///
+    /// As [`DirLock::cleanup`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let lock = rwdir::DirLock::new(dir.path())?;
+    /// std::mem::forget(lock.write()?); // a leaked guard: its file stays
+    /// assert_eq!(lock.cleanup_all()?.len(), 1);
+    /// assert!(lock.status()?.is_free());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn cleanup_all(&self) -> Result<Vec<Entry>> {
+        self.cleanup_with(true, false)
+    }
+
+    fn cleanup_with(&self, all: bool, dry_run: bool) -> Result<Vec<Entry>> {
+        let Some(sd) = protocol::open_state(&self.cfg, false)? else {
+            return Ok(Vec::new());
+        };
+        if all {
+            protocol::cleanup_all(&sd, &self.cfg, dry_run)
+        } else {
+            protocol::cleanup(&sd, &self.cfg, dry_run)
+        }
+    }
+}
+
+fn open(cfg: &Config) -> Result<crate::fsops::StateDir> {
+    match protocol::open_state(cfg, true)? {
+        Some(sd) => Ok(sd),
+        None => Err(Error::Io {
+            action: "create state directory",
+            path: cfg.dir.join(crate::fsops::STATE_DIR_NAME),
+            source: std::io::ErrorKind::NotFound.into(),
+        }),
+    }
+}
+
+/// Removes the lock files of dead holders in `dir` with default options; see
+/// [`DirLock::cleanup`].
+///
+/// # Errors
+///
+/// As [`DirLock::cleanup`].
+///
+/// # Examples
+///
+/// ```
+/// let dir = tempfile::tempdir()?;
+/// assert!(rwdir::cleanup(dir.path())?.is_empty());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn cleanup(dir: impl AsRef<Path>) -> Result<Vec<Entry>> {
+    DirLock::new(dir)?.cleanup()
+}
+
+/// Removes every lock file in `dir`, keeping the highest token; see
+/// [`DirLock::cleanup_all`].
+///
+/// # Errors
+///
+/// As [`DirLock::cleanup`].
+///
+/// # Examples
+///
+/// ```
+/// let dir = tempfile::tempdir()?;
+/// assert!(rwdir::cleanup_all(dir.path())?.is_empty());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn cleanup_all(dir: impl AsRef<Path>) -> Result<Vec<Entry>> {
+    DirLock::new(dir)?.cleanup_all()
+}

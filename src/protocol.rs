@@ -1,0 +1,456 @@
+//! PROTOCOL.md §3, step by step: read-acquire (R1–R3), write-acquire (W1–W6), stale
+//! breaking of `.master_lock` (B0–B4), the fencing token (T1–T4) and cleanup (C1–C3, A1).
+//! Step labels in comments refer to that document.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use uuid::Uuid;
+
+use crate::error::{Error, Result};
+use crate::fsops::{Created, Judged, StateDir};
+use crate::holder::{Holder, Kind};
+use crate::names::LockName;
+use crate::status::{self, Entry};
+use crate::sys;
+use crate::wait::{Backoff, Deadline};
+
+/// The settings an acquisition runs with.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) dir: PathBuf,
+    pub(crate) state_dir: Option<PathBuf>,
+    pub(crate) lease: Duration,
+    pub(crate) min_poll: Duration,
+    pub(crate) max_poll: Duration,
+    pub(crate) pgid: u32,
+}
+
+/// A lock file we created and still own.
+#[derive(Debug)]
+pub(crate) struct Own {
+    pub(crate) name: LockName,
+    pub(crate) created: Created,
+    pub(crate) nonce: Uuid,
+}
+
+/// One acquisition in progress.
+struct Attempt<'a> {
+    sd: &'a StateDir,
+    cfg: &'a Config,
+    deadline: Deadline,
+    started: Instant,
+    backoff: Backoff,
+    /// Our own pending file, never named as the one in our way.
+    exclude: Option<LockName>,
+}
+
+impl<'a> Attempt<'a> {
+    fn new(sd: &'a StateDir, cfg: &'a Config, deadline: Deadline) -> Attempt<'a> {
+        Attempt {
+            sd,
+            cfg,
+            deadline,
+            started: Instant::now(),
+            backoff: Backoff::new(cfg.min_poll, cfg.max_poll),
+            exclude: None,
+        }
+    }
+
+    /// Sleeps one back-off step; `Err(())` when the deadline forbids it. The caller
+    /// undoes its own files, then calls [`Attempt::give_up`].
+    fn sleep(&mut self) -> std::result::Result<(), ()> {
+        if self.backoff.sleep(self.deadline) {
+            Ok(())
+        } else {
+            Err(())
+        }
+    }
+
+    /// The error for a deadline that passed, naming who is in the way now.
+    fn give_up(&self, want: Kind) -> Error {
+        let holder = blocker(self.sd, self.cfg, want, self.exclude.as_ref()).map(Box::new);
+        let dir = self.cfg.dir.clone();
+        match self.deadline {
+            Deadline::Once => Error::WouldBlock { dir, holder },
+            _ => Error::TimedOut {
+                dir,
+                waited: self.started.elapsed(),
+                holder,
+            },
+        }
+    }
+
+    /// Creates one of our own files; a taken name (only possible if someone planted a
+    /// file at a fresh uuid's name) is retried with a new uuid by the caller.
+    fn put(&self, name: LockName, kind: Kind) -> Result<Option<Own>> {
+        let holder = record(self.cfg, kind);
+        Ok(self.sd.put(&name, &holder)?.map(|created| Own {
+            name,
+            created,
+            nonce: holder.nonce,
+        }))
+    }
+}
+
+/// The holder record for a new file of ours.
+pub(crate) fn record(cfg: &Config, kind: Kind) -> Holder {
+    let me = sys::identity();
+    Holder {
+        kind,
+        host: me.host,
+        boot_id: me.boot_id,
+        pidns: me.pidns,
+        pid: me.pid,
+        start: me.start,
+        pgid: cfg.pgid,
+        nonce: Uuid::new_v4(),
+        since_ns: now_ns(),
+        lease_ms: u64::try_from(cfg.lease.as_millis()).unwrap_or(u64::MAX),
+    }
+}
+
+/// `CLOCK_REALTIME` in nanoseconds.
+pub(crate) fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// Read-acquire, R1–R3.
+pub(crate) fn read(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<Own> {
+    let mut at = Attempt::new(sd, cfg, deadline);
+    loop {
+        // R1: look before announcing (liveness and writer priority only).
+        loop {
+            let l = sd.list()?;
+            let mut blocked = false;
+            for p in &l.pending {
+                blocked |= sd.unlink_if_dead(p, cfg.lease)?.is_live();
+            }
+            if l.master {
+                match sd.judge(&LockName::Master, cfg.lease)? {
+                    j if j.is_dead() => {
+                        break_master(&mut at)?;
+                        continue;
+                    }
+                    j => blocked |= j.is_live(),
+                }
+            }
+            if !blocked {
+                break;
+            }
+            if at.sleep().is_err() {
+                return Err(at.give_up(Kind::Read));
+            }
+        }
+        // R2: announce.
+        let Some(own) = at.put(
+            LockName::Slave {
+                uuid: Uuid::new_v4(),
+            },
+            Kind::Read,
+        )?
+        else {
+            continue;
+        };
+        // R3: the decisive check, made after our file exists.
+        let l = match sd.list() {
+            Ok(l) => l,
+            Err(e) => {
+                let _ = sd.unlink(&own.name);
+                return Err(e);
+            }
+        };
+        if !l.master && l.pending.is_empty() {
+            return Ok(own);
+        }
+        sd.unlink(&own.name)?;
+        drop(own);
+        if at.sleep().is_err() {
+            return Err(at.give_up(Kind::Read));
+        }
+    }
+}
+
+/// Write-acquire, W1–W6. Returns our `.master_lock` and the fencing token.
+pub(crate) fn write(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<(Own, u64)> {
+    let mut at = Attempt::new(sd, cfg, deadline);
+    // W1: queue.
+    let mut pending = queue(&at)?;
+    at.exclude = Some(pending.name);
+    // W2: wait for our turn, then create the one exclusive `.master_lock`.
+    let master = match wait_turn(&mut at, &mut pending) {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = sd.unlink(&pending.name);
+            return Err(e);
+        }
+    };
+    // W3: only now, with `.master_lock` blocking readers, leave the queue.
+    let undo = |e: Error| {
+        let _ = sd.unlink(&LockName::Master);
+        e
+    };
+    sd.unlink(&pending.name).map_err(undo)?;
+    drop(pending);
+    // W4
+    let token = allocate_token(&at).map_err(undo)?;
+    // W5: wait until the readers drain.
+    loop {
+        let l = sd.list().map_err(undo)?;
+        if l.slaves.is_empty() {
+            break;
+        }
+        let mut live = false;
+        for s in &l.slaves {
+            live |= sd.unlink_if_dead(s, cfg.lease).map_err(undo)?.is_live();
+        }
+        if live && at.sleep().is_err() {
+            let _ = sd.unlink(&LockName::Master);
+            return Err(at.give_up(Kind::Write));
+        }
+    }
+    // W6: on a filesystem where judgements are leases, make sure the file is still ours.
+    if sd.is_remote() && !sd.still_ours(&master.name, &master.created.fd, master.nonce)? {
+        return Err(Error::LockLost {
+            path: sd.path_of(&LockName::Master),
+            reason: "`.master_lock` was replaced while waiting for readers".into(),
+        });
+    }
+    Ok((master, token))
+}
+
+/// W1: a fresh pending file, `ns` read just before creating it.
+fn queue(at: &Attempt<'_>) -> Result<Own> {
+    loop {
+        let name = LockName::Pending {
+            ns: now_ns(),
+            uuid: Uuid::new_v4(),
+        };
+        if let Some(own) = at.put(name, Kind::Pending)? {
+            return Ok(own);
+        }
+    }
+}
+
+/// W2.
+fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<Own> {
+    let (sd, cfg) = (at.sd, at.cfg);
+    loop {
+        let l = sd.list()?;
+        if !l.has(&pending.name) {
+            // Judged dead (lease) or removed by `cleanup --all`: queue again.
+            *pending = queue(at)?;
+            at.exclude = Some(pending.name);
+            continue;
+        }
+        let mut older_live = false;
+        for p in l.pending.iter().filter(|p| **p != pending.name) {
+            let live = sd.unlink_if_dead(p, cfg.lease)?.is_live();
+            older_live |= live && p.order_key() < pending.name.order_key();
+        }
+        if l.master {
+            match sd.judge(&LockName::Master, cfg.lease)? {
+                j if j.is_dead() => {
+                    break_master(at)?;
+                    continue;
+                }
+                Judged::Gone => continue,
+                _ => {}
+            }
+            if at.sleep().is_err() {
+                return Err(at.give_up(Kind::Write));
+            }
+            continue;
+        }
+        if older_live {
+            if at.sleep().is_err() {
+                return Err(at.give_up(Kind::Write));
+            }
+            continue;
+        }
+        if let Some(master) = at.put(LockName::Master, Kind::Write)? {
+            return Ok(master);
+        }
+    }
+}
+
+/// T1–T4: the next fencing token, allocated while holding `.master_lock`.
+fn allocate_token(at: &Attempt<'_>) -> Result<u64> {
+    let sd = at.sd;
+    loop {
+        // T1
+        let n = sd.list()?.tokens.last().copied().unwrap_or(0);
+        let next = n.saturating_add(1);
+        // T2
+        if at.put(LockName::Token(next), Kind::Token)?.is_none() {
+            continue;
+        }
+        // T3
+        let l = sd.list()?;
+        if l.tokens.iter().any(|&k| k > next) {
+            return Err(Error::LockLost {
+                path: sd.path_of(&LockName::Token(next)),
+                reason: "a later fencing token exists: another writer was granted the lock".into(),
+            });
+        }
+        // T4
+        for &k in l.tokens.iter().filter(|&&k| k < next) {
+            sd.unlink(&LockName::Token(k))?;
+        }
+        return Ok(next);
+    }
+}
+
+/// B0–B4: removes a `.master_lock` whose owner is dead, with breakers made mutually
+/// exclusive by unique `.break-*` markers. Returns whether this call removed it.
+fn break_master(at: &mut Attempt<'_>) -> Result<bool> {
+    let (sd, cfg) = (at.sd, at.cfg);
+    // B0: wait while another live breaker is at work.
+    loop {
+        let l = sd.list()?;
+        let mut live_breaker = false;
+        for b in &l.breaks {
+            live_breaker |= sd.unlink_if_dead(b, cfg.lease)?.is_live();
+        }
+        if !l.master || !sd.judge(&LockName::Master, cfg.lease)?.is_dead() {
+            return Ok(false);
+        }
+        if !live_breaker {
+            break;
+        }
+        if at.sleep().is_err() {
+            return Err(at.give_up(Kind::Write));
+        }
+    }
+    // B1: announce.
+    let Some(marker) = at.put(
+        LockName::Break {
+            ns: now_ns(),
+            uuid: Uuid::new_v4(),
+        },
+        Kind::Break,
+    )?
+    else {
+        return Ok(false);
+    };
+    let result = exclusive_break(at, &marker.name);
+    // B4
+    let _ = sd.unlink(&marker.name);
+    result
+}
+
+fn exclusive_break(at: &mut Attempt<'_>, marker: &LockName) -> Result<bool> {
+    let (sd, cfg) = (at.sd, at.cfg);
+    // B2: wait until we are the only live breaker; the older one wins.
+    loop {
+        let l = sd.list()?;
+        let (mut others, mut older) = (false, false);
+        for b in l.breaks.iter().filter(|b| *b != marker) {
+            if sd.unlink_if_dead(b, cfg.lease)?.is_live() {
+                others = true;
+                older |= b.order_key() < marker.order_key();
+            }
+        }
+        if !others {
+            break;
+        }
+        if older {
+            return Ok(false);
+        }
+        if at.sleep().is_err() {
+            return Err(at.give_up(Kind::Write));
+        }
+    }
+    // B3: re-read while exclusive; nothing can replace a dead owner's file now.
+    if sd.judge(&LockName::Master, cfg.lease)?.is_dead() {
+        return sd.unlink(&LockName::Master);
+    }
+    Ok(false)
+}
+
+/// C1–C3: removes dead holders' files; returns what was removed.
+pub(crate) fn cleanup(sd: &StateDir, cfg: &Config, dry_run: bool) -> Result<Vec<Entry>> {
+    let mut removed = Vec::new();
+    let l = sd.list()?;
+    let unique = l
+        .slaves
+        .iter()
+        .chain(&l.pending)
+        .chain(&l.breaks)
+        .chain(&l.tmps);
+    for name in unique {
+        let entry = status::entry(sd, cfg, name)?;
+        if let Some(e) = entry.filter(|e| e.regular && e.liveness.is_dead()) {
+            // Re-judged by unlink_if_dead so that a file replaced meanwhile survives.
+            if dry_run || sd.unlink_if_dead(name, cfg.lease)?.is_dead() {
+                removed.push(e);
+            }
+        }
+    }
+    if l.master
+        && let Some(e) = status::entry(sd, cfg, &LockName::Master)?
+        && e.liveness.is_dead()
+    {
+        let mut at = Attempt::new(sd, cfg, Deadline::after(cfg.max_poll * 20));
+        if dry_run || break_master(&mut at)? {
+            removed.push(e);
+        }
+    }
+    Ok(removed)
+}
+
+/// A1: removes every lock file, keeping the highest token.
+pub(crate) fn cleanup_all(sd: &StateDir, cfg: &Config, dry_run: bool) -> Result<Vec<Entry>> {
+    let mut removed = Vec::new();
+    let l = sd.list()?;
+    let top = l.tokens.last().copied();
+    let names = l
+        .master
+        .then_some(LockName::Master)
+        .into_iter()
+        .chain(l.pending.iter().copied())
+        .chain(l.slaves.iter().copied())
+        .chain(l.breaks.iter().copied())
+        .chain(l.tmps.iter().copied())
+        .chain(
+            l.tokens
+                .iter()
+                .filter(|&&k| Some(k) != top)
+                .map(|&k| LockName::Token(k)),
+        );
+    for name in names {
+        if let Some(e) = status::entry(sd, cfg, &name)?
+            && (dry_run || sd.unlink(&name)?)
+        {
+            removed.push(e);
+        }
+    }
+    Ok(removed)
+}
+
+/// Who is in the way of an acquisition of kind `want`: the writer, else the oldest
+/// pending writer, else (for a writer) a reader. Only used to word errors.
+fn blocker(sd: &StateDir, cfg: &Config, want: Kind, exclude: Option<&LockName>) -> Option<Entry> {
+    let l = sd.list().ok()?;
+    let mut candidates: Vec<LockName> = Vec::new();
+    if l.master {
+        candidates.push(LockName::Master);
+    }
+    candidates.extend(l.pending.iter().copied());
+    if want == Kind::Write {
+        candidates.extend(l.slaves.iter().copied());
+    }
+    candidates
+        .iter()
+        .filter(|n| Some(*n) != exclude)
+        .filter_map(|n| status::entry(sd, cfg, n).ok().flatten())
+        .find(|e| !e.liveness.is_dead())
+}
+
+/// Opens the state directory for an acquisition.
+pub(crate) fn open_state(cfg: &Config, create: bool) -> Result<Option<StateDir>> {
+    StateDir::open(&cfg.dir, cfg.state_dir.as_deref(), create)
+}

@@ -1,0 +1,153 @@
+use std::fs;
+use std::os::fd::AsFd;
+use std::os::unix::fs::MetadataExt;
+
+use nix::errno::Errno;
+use nix::sys::signal::kill;
+use nix::sys::statfs::fstatfs;
+use nix::unistd::Pid;
+use parking_lot::Mutex;
+
+/// The identity of the running process, as written into holder records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Identity {
+    pub(crate) host: String,
+    pub(crate) boot_id: String,
+    pub(crate) pidns: u64,
+    pub(crate) pid: u32,
+    pub(crate) start: u64,
+}
+
+static IDENTITY: Mutex<Option<Identity>> = Mutex::new(None);
+
+/// This process's identity. Cached, and recomputed after a fork (the pid changes).
+pub(crate) fn identity() -> Identity {
+    let pid = std::process::id();
+    let mut cached = IDENTITY.lock();
+    if let Some(id) = cached.as_ref().filter(|id| id.pid == pid) {
+        return id.clone();
+    }
+    let id = Identity {
+        host: nix::unistd::gethostname()
+            .ok()
+            .and_then(|h| h.into_string().ok())
+            .unwrap_or_default(),
+        boot_id: fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default(),
+        pidns: fs::metadata("/proc/self/ns/pid")
+            .map(|m| m.ino())
+            .unwrap_or(0),
+        pid,
+        start: start_time(pid).unwrap_or(0),
+    };
+    *cached = Some(id.clone());
+    id
+}
+
+/// Field 22 of `/proc/PID/stat`: the start time in clock ticks after boot.
+pub(crate) fn start_time(pid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may contain anything, so count
+    // fields from the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_ascii_whitespace().nth(19)?.parse().ok()
+}
+
+/// What a same-host probe of a pid says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Probe {
+    /// The process exists with the recorded start time (or we cannot tell otherwise).
+    Alive,
+    /// No such process, or the pid was reused by a process started at another time.
+    Gone,
+}
+
+/// Probes a pid of this pid namespace against the recorded start time.
+pub(crate) fn probe_pid(pid: u32, start: u64) -> Probe {
+    let Ok(raw) = i32::try_from(pid) else {
+        return Probe::Gone;
+    };
+    if raw <= 0 {
+        return Probe::Gone;
+    }
+    match kill(Pid::from_raw(raw), None) {
+        Err(Errno::ESRCH) => Probe::Gone,
+        // EPERM: it exists but belongs to someone else.
+        _ => match start_time(pid) {
+            Some(s) if s != start => Probe::Gone,
+            // Unreadable /proc (hidepid): err on the side of "alive".
+            _ => Probe::Alive,
+        },
+    }
+}
+
+/// Whether any process of the group `pgid` (in this pid namespace) exists.
+pub(crate) fn group_alive(pgid: u32) -> bool {
+    match i32::try_from(pgid) {
+        Ok(raw) if raw > 1 => !matches!(kill(Pid::from_raw(-raw), None), Err(Errno::ESRCH)),
+        _ => false,
+    }
+}
+
+/// The kind of filesystem a directory lives on, as far as the protocol cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FsKind {
+    /// A local filesystem: listings and `stat` are authoritative.
+    Local,
+    /// NFS, CIFS/SMB, FUSE (sshfs...), or another filesystem that may be shared between
+    /// hosts and may cache listings and attributes.
+    Remote,
+}
+
+const NFS_SUPER_MAGIC: i64 = 0x6969;
+const SMB_SUPER_MAGIC: i64 = 0x517b;
+const CIFS_MAGIC_NUMBER: i64 = 0xff53_4d42;
+const SMB2_MAGIC_NUMBER: i64 = 0xfe53_4d42;
+const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
+const CEPH_SUPER_MAGIC: i64 = 0x00c3_6400;
+const CODA_SUPER_MAGIC: i64 = 0x7375_7245;
+const AFS_SUPER_MAGIC: i64 = 0x5346_414f;
+const V9FS_MAGIC: i64 = 0x0102_1997;
+const GFS2_MAGIC: i64 = 0x0116_1970;
+const OCFS2_SUPER_MAGIC: i64 = 0x7461_636f;
+
+/// Classifies the filesystem holding `fd` by its `statfs` magic number.
+pub(crate) fn fs_kind(fd: impl AsFd) -> FsKind {
+    let Ok(st) = fstatfs(fd) else {
+        return FsKind::Remote;
+    };
+    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+    let magic = i64::from(st.filesystem_type().0 as i64);
+    match magic {
+        NFS_SUPER_MAGIC | SMB_SUPER_MAGIC | CIFS_MAGIC_NUMBER | SMB2_MAGIC_NUMBER
+        | FUSE_SUPER_MAGIC | CEPH_SUPER_MAGIC | CODA_SUPER_MAGIC | AFS_SUPER_MAGIC | V9FS_MAGIC
+        | GFS2_MAGIC | OCFS2_SUPER_MAGIC => FsKind::Remote,
+        _ => FsKind::Local,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_identity_is_alive() {
+        let id = identity();
+        assert!(id.start > 0);
+        assert!(id.pidns > 0);
+        assert_eq!(probe_pid(id.pid, id.start), Probe::Alive);
+        assert_eq!(probe_pid(id.pid, id.start + 1), Probe::Gone);
+    }
+
+    #[test]
+    fn a_reaped_child_is_gone() {
+        let mut child = std::process::Command::new("true")
+            .spawn()
+            .expect("spawn true");
+        let pid = child.id();
+        let start = start_time(pid).unwrap_or(0);
+        child.wait().expect("wait");
+        assert_eq!(probe_pid(pid, start), Probe::Gone);
+    }
+}

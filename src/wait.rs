@@ -1,0 +1,110 @@
+//! Deadlines and the polling back-off.
+
+use std::time::{Duration, Instant};
+
+/// How long an acquisition may wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Deadline {
+    /// One protocol attempt, never sleeping (`try_*`).
+    Once,
+    /// Until this instant (`try_*_for`, `try_*_until`).
+    At(Instant),
+    /// For ever (`read`, `write`).
+    Never,
+}
+
+impl Deadline {
+    /// `try_*_for(d)`: a duration becomes a deadline; an overflow waits for ever.
+    pub(crate) fn after(d: Duration) -> Deadline {
+        match Instant::now().checked_add(d) {
+            Some(t) => Deadline::At(t),
+            None => Deadline::Never,
+        }
+    }
+}
+
+/// Exponential back-off with jitter between two bounds.
+#[derive(Debug)]
+pub(crate) struct Backoff {
+    next: Duration,
+    max: Duration,
+    rng: u64,
+}
+
+impl Backoff {
+    pub(crate) fn new(min: Duration, max: Duration) -> Backoff {
+        let seed = uuid::Uuid::new_v4().as_u64_pair().0 | 1;
+        Backoff {
+            next: min,
+            max: max.max(min),
+            rng: seed,
+        }
+    }
+
+    /// The next pause: the current step scaled by a random factor in [0.5, 1.5), after
+    /// which the step doubles up to the maximum.
+    pub(crate) fn step(&mut self) -> Duration {
+        // xorshift64*: jitter only, no need for a cryptographic generator.
+        self.rng ^= self.rng >> 12;
+        self.rng ^= self.rng << 25;
+        self.rng ^= self.rng >> 27;
+        let r = self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11; // 53 bits
+        let factor = 0.5 + (r as f64) / ((1u64 << 53) as f64);
+        let d = self.next.mul_f64(factor);
+        self.next = (self.next * 2).min(self.max);
+        d
+    }
+
+    /// Sleeps for the next step, cut to the deadline. Returns `false` (without sleeping)
+    /// when the deadline has passed or the call may not sleep at all.
+    pub(crate) fn sleep(&mut self, deadline: Deadline) -> bool {
+        let pause = self.step();
+        match deadline {
+            Deadline::Once => false,
+            Deadline::Never => {
+                std::thread::sleep(pause);
+                true
+            }
+            Deadline::At(t) => {
+                let now = Instant::now();
+                if now >= t {
+                    return false;
+                }
+                std::thread::sleep(pause.min(t - now));
+                true
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_within_bounds() {
+        let min = Duration::from_millis(2);
+        let max = Duration::from_millis(100);
+        let mut b = Backoff::new(min, max);
+        for _ in 0..50 {
+            let d = b.step();
+            assert!(d >= min / 2 && d < max.mul_f64(1.5), "{d:?}");
+        }
+        assert_eq!(b.next, max);
+    }
+
+    #[test]
+    fn deadline_overflow_waits_for_ever() {
+        assert_eq!(Deadline::after(Duration::MAX), Deadline::Never);
+        assert!(matches!(Deadline::after(Duration::ZERO), Deadline::At(_)));
+    }
+
+    #[test]
+    fn once_never_sleeps() {
+        let mut b = Backoff::new(Duration::from_secs(5), Duration::from_secs(5));
+        let t = Instant::now();
+        assert!(!b.sleep(Deadline::Once));
+        assert!(!b.sleep(Deadline::At(Instant::now())));
+        assert!(t.elapsed() < Duration::from_secs(1));
+    }
+}
