@@ -473,6 +473,11 @@ impl StateDir {
         }
     }
 
+    /// The open state directory.
+    pub(crate) fn fd(&self) -> &OwnedFd {
+        &self.fd
+    }
+
     /// Renews the heartbeat of our own file: sets its mtime to now through our own
     /// descriptor, so that a successor's file can never be touched.
     pub(crate) fn touch(fd: &OwnedFd) -> nix::Result<()> {

@@ -109,6 +109,7 @@ mod holder;
 mod liveness;
 mod lock;
 mod names;
+mod notify;
 mod protocol;
 mod status;
 mod sys;

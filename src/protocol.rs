@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::fsops::{Created, Judged, StateDir};
 use crate::holder::{Holder, Kind};
 use crate::names::LockName;
+use crate::notify::{self, Subscription};
 use crate::status::{self, Entry};
 use crate::sys;
 use crate::wait::{Backoff, Deadline};
@@ -43,6 +44,8 @@ struct Attempt<'a> {
     backoff: Backoff,
     /// Our own pending file, never named as the one in our way.
     exclude: Option<LockName>,
+    /// Wakes us on changes in the state directory (local changes only).
+    wake: Option<Subscription>,
 }
 
 impl<'a> Attempt<'a> {
@@ -54,13 +57,17 @@ impl<'a> Attempt<'a> {
             started: Instant::now(),
             backoff: Backoff::new(cfg.min_poll, cfg.max_poll),
             exclude: None,
+            wake: match deadline {
+                Deadline::Once => None,
+                _ => notify::subscribe(sd.fd()),
+            },
         }
     }
 
     /// Sleeps one back-off step; `Err(())` when the deadline forbids it. The caller
     /// undoes its own files, then calls [`Attempt::give_up`].
     fn sleep(&mut self) -> std::result::Result<(), ()> {
-        if self.backoff.sleep(self.deadline) {
+        if self.backoff.sleep(self.deadline, self.wake.as_ref()) {
             Ok(())
         } else {
             Err(())

@@ -2,6 +2,8 @@
 
 use std::time::{Duration, Instant};
 
+use crate::notify::Subscription;
+
 /// How long an acquisition may wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Deadline {
@@ -57,23 +59,25 @@ impl Backoff {
 
     /// Sleeps for the next step, cut to the deadline. Returns `false` (without sleeping)
     /// when the deadline has passed or the call may not sleep at all.
-    pub(crate) fn sleep(&mut self, deadline: Deadline) -> bool {
-        let pause = self.step();
-        match deadline {
-            Deadline::Once => false,
-            Deadline::Never => {
-                std::thread::sleep(pause);
-                true
-            }
+    ///
+    /// With a subscription, a change in the state directory ends the pause early.
+    pub(crate) fn sleep(&mut self, deadline: Deadline, wake: Option<&Subscription>) -> bool {
+        let pause = match deadline {
+            Deadline::Once => return false,
+            Deadline::Never => self.step(),
             Deadline::At(t) => {
                 let now = Instant::now();
                 if now >= t {
                     return false;
                 }
-                std::thread::sleep(pause.min(t - now));
-                true
+                self.step().min(t - now)
             }
+        };
+        match wake {
+            Some(sub) => sub.wait(pause),
+            None => std::thread::sleep(pause),
         }
+        true
     }
 }
 
@@ -103,8 +107,8 @@ mod tests {
     fn once_never_sleeps() {
         let mut b = Backoff::new(Duration::from_secs(5), Duration::from_secs(5));
         let t = Instant::now();
-        assert!(!b.sleep(Deadline::Once));
-        assert!(!b.sleep(Deadline::At(Instant::now())));
+        assert!(!b.sleep(Deadline::Once, None));
+        assert!(!b.sleep(Deadline::At(Instant::now()), None));
         assert!(t.elapsed() < Duration::from_secs(1));
     }
 }
