@@ -104,6 +104,8 @@
 
 mod error;
 mod fsops;
+#[doc(hidden)]
+pub mod fuzzing;
 mod guard;
 mod holder;
 mod liveness;
