@@ -37,8 +37,14 @@ pub(crate) struct StateDir {
     fd: OwnedFd,
     path: PathBuf,
     kind: FsKind,
+    /// `(st_dev, st_ino)` of the directory when it was opened.
+    id: (u64, u64),
     /// Whether `O_TMPFILE` + `linkat` works here; cleared on the first failure.
     tmpfile: AtomicBool,
+    /// On a local filesystem, one directory stream rewound for each listing (saves the
+    /// open/fdopendir/close of a fresh stream). Remote filesystems open a fresh stream
+    /// every time, which is what makes the server answer.
+    stream: parking_lot::Mutex<Option<Dir>>,
 }
 
 /// The lock files found by one `readdir`, by kind. Foreign names are left out.
@@ -161,11 +167,16 @@ impl StateDir {
             ) {
                 Ok(fd) => {
                     let kind = sys::fs_kind(&fd);
+                    let st = fstat(&fd).at("inspect state directory", || path.clone())?;
+                    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+                    let id = (st.st_dev as u64, st.st_ino as u64);
                     return Ok(Some(StateDir {
                         fd,
                         path,
                         kind,
+                        id,
                         tmpfile: AtomicBool::new(true),
+                        stream: parking_lot::Mutex::new(None),
                     }));
                 }
                 Err(Errno::ENOENT) if create => {
@@ -202,20 +213,53 @@ impl StateDir {
         self.path.join(name.to_string())
     }
 
+    /// Whether `path` still names the directory we have open (one `lstat`). Always
+    /// `false` on a remote filesystem, whose `stat` answers may be stale: there the
+    /// directory is reopened for every acquisition.
+    pub(crate) fn is_current(&self) -> bool {
+        if self.is_remote() {
+            return false;
+        }
+        match fstatat(AT_FDCWD, &self.path, AtFlags::AT_SYMLINK_NOFOLLOW) {
+            #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+            Ok(st) => (st.st_dev as u64, st.st_ino as u64) == self.id && st.st_nlink > 0,
+            Err(_) => false,
+        }
+    }
+
     /// One `readdir` of the state directory.
     pub(crate) fn list(&self) -> Result<Listing> {
-        let mut dir = Dir::openat(
-            &self.fd,
-            ".",
-            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-            Mode::empty(),
-        )
-        .at("list state directory", || self.path.clone())?;
+        let open = || {
+            Dir::openat(
+                &self.fd,
+                ".",
+                OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            )
+            .at("list state directory", || self.path.clone())
+        };
         let mut names = Vec::new();
-        for entry in dir.iter() {
-            let entry = entry.at("list state directory", || self.path.clone())?;
-            if let Some(name) = LockName::parse(entry.file_name().to_bytes()) {
-                names.push(name);
+        let mut collect = |dir: &mut Dir| -> Result<()> {
+            // The iterator rewinds the stream when dropped.
+            for entry in dir.iter() {
+                let entry = entry.at("list state directory", || self.path.clone())?;
+                if let Some(name) = LockName::parse(entry.file_name().to_bytes()) {
+                    names.push(name);
+                }
+            }
+            Ok(())
+        };
+        if self.is_remote() {
+            collect(&mut open()?)?;
+        } else {
+            let mut stream = self.stream.lock();
+            let dir = match stream.as_mut() {
+                Some(dir) => dir,
+                None => stream.insert(open()?),
+            };
+            if let Err(e) = collect(dir) {
+                *stream = None;
+                return Err(e);
             }
         }
         Ok(Listing::from_names(names))

@@ -90,16 +90,19 @@ impl Held {
         if std::process::id() != self.owner_pid || self.released.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        let ours = self.check();
-        // Close our descriptor before the unlink.
+        // W8: `.master_lock` is a reused name: remove it only if it is still ours. A
+        // reader's name is unique (R5): if it is there, it is ours.
+        let ours = match self.name {
+            LockName::Master => self.check(),
+            _ => Ok(()),
+        };
+        // Close our descriptor before the unlink (NFS: no `.nfsXXXX` left behind).
         drop(self.fd.lock().take());
-        match ours {
-            Ok(()) => {
-                self.sd.unlink(&self.name)?;
-                Ok(())
-            }
-            // Not ours any more: remove nothing, report it.
-            Err(e) => Err(e),
+        ours?;
+        if self.sd.unlink(&self.name)? {
+            Ok(())
+        } else {
+            Err(self.lost_error("the lock file was removed by someone else"))
         }
     }
 
@@ -271,55 +274,96 @@ impl WriteGuard {
     }
 }
 
-/// One heartbeat thread per process, shared by every held lock file.
+/// One heartbeat thread per process, shared by every held lock file. Registering a file
+/// only pushes it on a list: the thread is woken only if the new file needs beats more
+/// often than the thread currently wakes, so taking a lock costs no context switch.
 mod heartbeat {
     use super::*;
 
-    static TX: OnceLock<Sender<Weak<Held>>> = OnceLock::new();
-
-    pub(super) fn register(held: &Arc<Held>) {
-        let tx = TX.get_or_init(|| {
-            let (tx, rx) = crossbeam_channel::unbounded();
-            let spawned = std::thread::Builder::new()
-                .name("rwdir-heartbeat".into())
-                .spawn(move || run(rx));
-            // Without a thread the heartbeat simply does not run; same-host judgement is
-            // exact without it.
-            drop(spawned);
-            tx
-        });
-        let _ = tx.send(Arc::downgrade(held));
+    struct Shared {
+        files: Mutex<Vec<Weak<Held>>>,
+        /// The thread's current period; `Duration::MAX` while it has nothing to do.
+        period: Mutex<Duration>,
+        wake: Sender<()>,
     }
 
-    fn run(rx: Receiver<Weak<Held>>) {
-        let mut beats: Vec<(Weak<Held>, Instant)> = Vec::new();
-        loop {
-            let next = beats.iter().map(|(_, due)| *due).min();
-            let msg = match next {
-                Some(due) => rx.recv_deadline(due),
-                None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
-            };
-            match msg {
-                Ok(w) => {
-                    if let Some(h) = w.upgrade() {
-                        beats.push((w, Instant::now() + h.period()));
-                    }
-                }
-                Err(RecvTimeoutError::Disconnected) => return,
-                Err(RecvTimeoutError::Timeout) => {}
+    static SHARED: OnceLock<Shared> = OnceLock::new();
+
+    pub(super) fn register(held: &Arc<Held>) {
+        let shared = SHARED.get_or_init(|| {
+            let (wake, rx) = crossbeam_channel::bounded(1);
+            // Without a thread the heartbeat simply does not run; same-host judgement is
+            // exact without it.
+            let _ = std::thread::Builder::new()
+                .name("rwdir-heartbeat".into())
+                .spawn(move || run(rx));
+            Shared {
+                files: Mutex::new(Vec::new()),
+                period: Mutex::new(Duration::MAX),
+                wake,
             }
-            let now = Instant::now();
-            beats.retain_mut(|(w, due)| {
-                let Some(h) = w.upgrade() else { return false };
-                if h.released.load(Ordering::Relaxed) {
-                    return false;
-                }
-                if *due <= now {
-                    h.heartbeat();
-                    *due = now + h.period();
-                }
-                true
-            });
+        });
+        shared.files.lock().push(Arc::downgrade(held));
+        let mut period = shared.period.lock();
+        if held.period() < *period {
+            *period = held.period();
+            let _ = shared.wake.try_send(());
+        }
+    }
+
+    fn run(rx: Receiver<()>) {
+        let Some(shared) = SHARED.get().or_else(|| {
+            // The thread may start before `get_or_init` returns: wait for it.
+            let _ = rx.recv();
+            SHARED.get()
+        }) else {
+            return;
+        };
+        let mut next = Instant::now();
+        loop {
+            let period = *shared.period.lock();
+            let timeout = if period == Duration::MAX {
+                None
+            } else {
+                Some(next.saturating_duration_since(Instant::now()))
+            };
+            let woken = match timeout {
+                None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+                Some(t) => rx.recv_timeout(t),
+            };
+            if let Err(RecvTimeoutError::Disconnected) = woken {
+                return;
+            }
+            if woken.is_ok() {
+                // A shorter period was registered: beat now, then on the new period.
+                next = Instant::now();
+            }
+            if Instant::now() < next {
+                continue;
+            }
+            let live: Vec<Arc<Held>> = {
+                let mut files = shared.files.lock();
+                files.retain(|w| {
+                    w.upgrade()
+                        .is_some_and(|h| !h.released.load(Ordering::Relaxed))
+                });
+                files.iter().filter_map(Weak::upgrade).collect()
+            };
+            let mut period = shared.period.lock();
+            *period = live
+                .iter()
+                .map(|h| h.period())
+                .min()
+                .unwrap_or(Duration::MAX);
+            let p = *period;
+            drop(period);
+            for h in &live {
+                h.heartbeat();
+            }
+            drop(live);
+            if p != Duration::MAX {
+                next = Instant::now() + p;
+            }
         }
     }
 }

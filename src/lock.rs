@@ -4,7 +4,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
+
 use crate::error::{Error, Result};
+use crate::fsops::StateDir;
 use crate::guard::{Held, ReadGuard, WriteGuard};
 use crate::protocol::{self, Config};
 use crate::status::{self, Entry, Status};
@@ -38,6 +41,9 @@ pub const DEFAULT_MAX_POLL: Duration = Duration::from_millis(100);
 #[derive(Debug, Clone)]
 pub struct DirLock {
     cfg: Arc<Config>,
+    /// The state directory opened by an earlier acquisition, reused while its path
+    /// still names it (local filesystems only; see `StateDir::is_current`).
+    state: Arc<Mutex<Option<Arc<StateDir>>>>,
 }
 
 /// Options for a [`DirLock`]: lease, polling bounds, state directory, process group.
@@ -110,6 +116,7 @@ impl Builder {
         }
         Ok(DirLock {
             cfg: Arc::new(self.cfg),
+            state: Arc::new(Mutex::new(None)),
         })
     }
 }
@@ -157,14 +164,26 @@ impl DirLock {
         self.cfg.lease
     }
 
-    fn acquire_read(&self, deadline: Deadline) -> Result<ReadGuard> {
+    /// The state directory, made on first use; reopened when its path no longer names
+    /// the directory we had open.
+    fn state(&self) -> Result<Arc<StateDir>> {
+        let mut cached = self.state.lock();
+        if let Some(sd) = cached.as_ref().filter(|sd| sd.is_current()) {
+            return Ok(Arc::clone(sd));
+        }
         let sd = Arc::new(open(&self.cfg)?);
+        *cached = Some(Arc::clone(&sd));
+        Ok(sd)
+    }
+
+    fn acquire_read(&self, deadline: Deadline) -> Result<ReadGuard> {
+        let sd = self.state()?;
         let own = protocol::read(&sd, &self.cfg, deadline)?;
         Ok(ReadGuard::new(Held::new(sd, Arc::clone(&self.cfg), own)))
     }
 
     fn acquire_write(&self, deadline: Deadline) -> Result<WriteGuard> {
-        let sd = Arc::new(open(&self.cfg)?);
+        let sd = self.state()?;
         let (own, token) = protocol::write(&sd, &self.cfg, deadline)?;
         Ok(WriteGuard::new(
             Held::new(sd, Arc::clone(&self.cfg), own),
@@ -441,7 +460,7 @@ impl DirLock {
     }
 }
 
-fn open(cfg: &Config) -> Result<crate::fsops::StateDir> {
+fn open(cfg: &Config) -> Result<StateDir> {
     match protocol::open_state(cfg, true)? {
         Some(sd) => Ok(sd),
         None => Err(Error::Io {

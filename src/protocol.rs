@@ -202,11 +202,28 @@ pub(crate) fn write(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<(
     };
     sd.unlink(&pending.name).map_err(undo)?;
     drop(pending);
-    // W4
+    // W4 (T1, T2)
     let token = allocate_token(&at).map_err(undo)?;
-    // W5: wait until the readers drain.
+    // W5: wait until the readers drain. The first listing also serves T3 and T4 of the
+    // token allocation: it is made after our `.token-<n>` exists.
+    let mut first = true;
     loop {
         let l = sd.list().map_err(undo)?;
+        if std::mem::take(&mut first) {
+            // T3
+            if l.tokens.iter().any(|&k| k > token) {
+                let _ = sd.unlink(&LockName::Master);
+                return Err(Error::LockLost {
+                    path: sd.path_of(&LockName::Token(token)),
+                    reason: "a later fencing token exists: another writer was granted the lock"
+                        .into(),
+                });
+            }
+            // T4
+            for &k in l.tokens.iter().filter(|&&k| k < token) {
+                sd.unlink(&LockName::Token(k)).map_err(undo)?;
+            }
+        }
         if l.slaves.is_empty() {
             break;
         }
@@ -284,7 +301,8 @@ fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<Own> {
     }
 }
 
-/// T1–T4: the next fencing token, allocated while holding `.master_lock`.
+/// T1–T2: the next fencing token, allocated while holding `.master_lock`. T3 and T4 are
+/// done on the first listing of W5, which follows at once.
 fn allocate_token(at: &Attempt<'_>) -> Result<u64> {
     let sd = at.sd;
     loop {
@@ -292,22 +310,9 @@ fn allocate_token(at: &Attempt<'_>) -> Result<u64> {
         let n = sd.list()?.tokens.last().copied().unwrap_or(0);
         let next = n.saturating_add(1);
         // T2
-        if at.put(LockName::Token(next), Kind::Token)?.is_none() {
-            continue;
+        if at.put(LockName::Token(next), Kind::Token)?.is_some() {
+            return Ok(next);
         }
-        // T3
-        let l = sd.list()?;
-        if l.tokens.iter().any(|&k| k > next) {
-            return Err(Error::LockLost {
-                path: sd.path_of(&LockName::Token(next)),
-                reason: "a later fencing token exists: another writer was granted the lock".into(),
-            });
-        }
-        // T4
-        for &k in l.tokens.iter().filter(|&&k| k < next) {
-            sd.unlink(&LockName::Token(k))?;
-        }
-        return Ok(next);
     }
 }
 
@@ -457,7 +462,7 @@ fn blocker(sd: &StateDir, cfg: &Config, want: Kind, exclude: Option<&LockName>) 
         .find(|e| !e.liveness.is_dead())
 }
 
-/// Opens the state directory for an acquisition.
+/// Opens the state directory.
 pub(crate) fn open_state(cfg: &Config, create: bool) -> Result<Option<StateDir>> {
     StateDir::open(&cfg.dir, cfg.state_dir.as_deref(), create)
 }
