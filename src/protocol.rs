@@ -35,6 +35,14 @@ pub(crate) struct Own {
     pub(crate) nonce: Uuid,
 }
 
+impl Own {
+    /// Closes our descriptor and gives back the name to unlink: the descriptor must be
+    /// closed before the unlink, or NFS leaves a `.nfsXXXX` file behind.
+    pub(crate) fn close(self) -> LockName {
+        self.name
+    }
+}
+
 /// One acquisition in progress.
 struct Attempt<'a> {
     sd: &'a StateDir,
@@ -42,6 +50,8 @@ struct Attempt<'a> {
     deadline: Deadline,
     started: Instant,
     backoff: Backoff,
+    /// What we are acquiring (to name the right holder in errors).
+    want: Kind,
     /// Our own pending file, never named as the one in our way.
     exclude: Option<LockName>,
     /// Wakes us on changes in the state directory (local changes only).
@@ -49,13 +59,14 @@ struct Attempt<'a> {
 }
 
 impl<'a> Attempt<'a> {
-    fn new(sd: &'a StateDir, cfg: &'a Config, deadline: Deadline) -> Attempt<'a> {
+    fn new(sd: &'a StateDir, cfg: &'a Config, deadline: Deadline, want: Kind) -> Attempt<'a> {
         Attempt {
             sd,
             cfg,
             deadline,
             started: Instant::now(),
             backoff: Backoff::new(cfg.min_poll, cfg.max_poll),
+            want,
             exclude: None,
             wake: match deadline {
                 Deadline::Once => None,
@@ -75,8 +86,8 @@ impl<'a> Attempt<'a> {
     }
 
     /// The error for a deadline that passed, naming who is in the way now.
-    fn give_up(&self, want: Kind) -> Error {
-        let holder = blocker(self.sd, self.cfg, want, self.exclude.as_ref()).map(Box::new);
+    fn give_up(&self) -> Error {
+        let holder = blocker(self.sd, self.cfg, self.want, self.exclude.as_ref()).map(Box::new);
         let dir = self.cfg.dir.clone();
         match self.deadline {
             Deadline::Once => Error::WouldBlock { dir, holder },
@@ -127,7 +138,7 @@ pub(crate) fn now_ns() -> u64 {
 
 /// Read-acquire, R1–R3.
 pub(crate) fn read(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<Own> {
-    let mut at = Attempt::new(sd, cfg, deadline);
+    let mut at = Attempt::new(sd, cfg, deadline, Kind::Read);
     loop {
         // R1: look before announcing (liveness and writer priority only).
         loop {
@@ -149,7 +160,7 @@ pub(crate) fn read(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<Ow
                 break;
             }
             if at.sleep().is_err() {
-                return Err(at.give_up(Kind::Read));
+                return Err(at.give_up());
             }
         }
         // R2: announce.
@@ -166,24 +177,23 @@ pub(crate) fn read(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<Ow
         let l = match sd.list() {
             Ok(l) => l,
             Err(e) => {
-                let _ = sd.unlink(&own.name);
+                let _ = sd.unlink(&own.close());
                 return Err(e);
             }
         };
         if !l.master && l.pending.is_empty() {
             return Ok(own);
         }
-        sd.unlink(&own.name)?;
-        drop(own);
+        sd.unlink(&own.close())?;
         if at.sleep().is_err() {
-            return Err(at.give_up(Kind::Read));
+            return Err(at.give_up());
         }
     }
 }
 
 /// Write-acquire, W1–W6. Returns our `.master_lock` and the fencing token.
 pub(crate) fn write(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<(Own, u64)> {
-    let mut at = Attempt::new(sd, cfg, deadline);
+    let mut at = Attempt::new(sd, cfg, deadline, Kind::Write);
     // W1: queue.
     let mut pending = queue(&at)?;
     at.exclude = Some(pending.name);
@@ -191,7 +201,7 @@ pub(crate) fn write(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<(
     let master = match wait_turn(&mut at, &mut pending) {
         Ok(m) => m,
         Err(e) => {
-            let _ = sd.unlink(&pending.name);
+            let _ = sd.unlink(&pending.close());
             return Err(e);
         }
     };
@@ -200,8 +210,7 @@ pub(crate) fn write(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<(
         let _ = sd.unlink(&LockName::Master);
         e
     };
-    sd.unlink(&pending.name).map_err(undo)?;
-    drop(pending);
+    sd.unlink(&pending.close()).map_err(undo)?;
     // W4 (T1, T2)
     let token = allocate_token(&at).map_err(undo)?;
     // W5: wait until the readers drain. The first listing also serves T3 and T4 of the
@@ -233,7 +242,7 @@ pub(crate) fn write(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<(
         }
         if live && at.sleep().is_err() {
             let _ = sd.unlink(&LockName::Master);
-            return Err(at.give_up(Kind::Write));
+            return Err(at.give_up());
         }
     }
     // W6: on a filesystem where judgements are leases, make sure the file is still ours.
@@ -285,13 +294,13 @@ fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<Own> {
                 _ => {}
             }
             if at.sleep().is_err() {
-                return Err(at.give_up(Kind::Write));
+                return Err(at.give_up());
             }
             continue;
         }
         if older_live {
             if at.sleep().is_err() {
-                return Err(at.give_up(Kind::Write));
+                return Err(at.give_up());
             }
             continue;
         }
@@ -334,7 +343,7 @@ fn break_master(at: &mut Attempt<'_>) -> Result<bool> {
             break;
         }
         if at.sleep().is_err() {
-            return Err(at.give_up(Kind::Write));
+            return Err(at.give_up());
         }
     }
     // B1: announce.
@@ -350,7 +359,7 @@ fn break_master(at: &mut Attempt<'_>) -> Result<bool> {
     };
     let result = exclusive_break(at, &marker.name);
     // B4
-    let _ = sd.unlink(&marker.name);
+    let _ = sd.unlink(&marker.close());
     result
 }
 
@@ -373,7 +382,7 @@ fn exclusive_break(at: &mut Attempt<'_>, marker: &LockName) -> Result<bool> {
             return Ok(false);
         }
         if at.sleep().is_err() {
-            return Err(at.give_up(Kind::Write));
+            return Err(at.give_up());
         }
     }
     // B3: re-read while exclusive; nothing can replace a dead owner's file now.
@@ -406,7 +415,7 @@ pub(crate) fn cleanup(sd: &StateDir, cfg: &Config, dry_run: bool) -> Result<Vec<
         && let Some(e) = status::entry(sd, cfg, &LockName::Master)?
         && e.liveness.is_dead()
     {
-        let mut at = Attempt::new(sd, cfg, Deadline::after(cfg.max_poll * 20));
+        let mut at = Attempt::new(sd, cfg, Deadline::after(cfg.max_poll * 20), Kind::Break);
         if dry_run || break_master(&mut at)? {
             removed.push(e);
         }
