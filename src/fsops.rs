@@ -359,7 +359,8 @@ impl StateDir {
                     Mode::empty(),
                 ) {
                     Ok(fd) => {
-                        let (h, _, _) = read_fd(&fd).at("read lock file", || self.path_of(name))?;
+                        let (h, _, _) = read_fd(&fd, !self.is_remote())
+                            .at("read lock file", || self.path_of(name))?;
                         if h.is_some_and(|h| h.nonce == holder.nonce) {
                             Ok(Some(Created { fd }))
                         } else {
@@ -412,7 +413,7 @@ impl StateDir {
         ) {
             Ok(fd) => {
                 let (holder, mtime, regular) =
-                    read_fd(&fd).at("read lock file", || self.path_of(name))?;
+                    read_fd(&fd, !self.is_remote()).at("read lock file", || self.path_of(name))?;
                 Ok(Found::File {
                     holder,
                     mtime,
@@ -499,7 +500,8 @@ impl StateDir {
                 Mode::empty(),
             ) {
                 Ok(fd) => {
-                    let (h, _, _) = read_fd(&fd).at("read lock file", || self.path_of(name))?;
+                    let (h, _, _) = read_fd(&fd, !self.is_remote())
+                        .at("read lock file", || self.path_of(name))?;
                     Ok(h.is_some_and(|h| h.nonce == nonce))
                 }
                 Err(Errno::ENOENT) => Ok(false),
@@ -575,15 +577,17 @@ fn mtime_of(st: &FileStat) -> SystemTime {
 }
 
 /// Reads a record through an open descriptor, at most `MAX_RECORD + 1` bytes, and only
-/// from a regular file.
-fn read_fd(fd: &OwnedFd) -> std::io::Result<(Option<Holder>, SystemTime, bool)> {
+/// from a regular file. `exact_size`: the size from `fstat` can be trusted (local
+/// filesystems), so a read that returned that many bytes needs no second read for EOF.
+fn read_fd(fd: &OwnedFd, exact_size: bool) -> std::io::Result<(Option<Holder>, SystemTime, bool)> {
     let st = fstat(fd)?;
     let mtime = mtime_of(&st);
     if file_type(&st) != SFlag::S_IFREG {
         return Ok((None, mtime, false));
     }
     // Bounded: a huge file at a lock name costs at most one record's worth of reading.
-    let mut buf = vec![0u8; MAX_RECORD + 1];
+    let mut buf = [0u8; MAX_RECORD + 1];
+    let size = usize::try_from(st.st_size).unwrap_or(usize::MAX);
     let mut len = 0;
     while len < buf.len() {
         match nix::unistd::read(fd, &mut buf[len..]) {
@@ -591,6 +595,9 @@ fn read_fd(fd: &OwnedFd) -> std::io::Result<(Option<Holder>, SystemTime, bool)> 
             Ok(n) => len += n,
             Err(Errno::EINTR) => continue,
             Err(e) => return Err(e.into()),
+        }
+        if exact_size && len == size {
+            break;
         }
     }
     Ok((Holder::parse(&buf[..len]), mtime, true))

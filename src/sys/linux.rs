@@ -47,7 +47,24 @@ pub(crate) fn identity() -> Identity {
 
 /// Field 22 of `/proc/PID/stat`: the start time in clock ticks after boot.
 pub(crate) fn start_time(pid: u32) -> Option<u64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    use std::io::Read as _;
+    // One read into a buffer that holds any stat line whose field 22 we need (the
+    // command name is at most 64 bytes): open, read, close.
+    let mut buf = [0u8; 1024];
+    let mut file = fs::File::open(format!("/proc/{pid}/stat")).ok()?;
+    let mut len = 0;
+    while len < buf.len() {
+        match file.read(&mut buf[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => return None,
+        }
+        if buf[..len].ends_with(b"\n") {
+            break;
+        }
+    }
+    let stat = std::str::from_utf8(&buf[..len]).ok()?;
     // The command name (field 2) is in parentheses and may contain anything, so count
     // fields from the last ')'.
     let rest = &stat[stat.rfind(')')? + 1..];
