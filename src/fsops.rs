@@ -271,9 +271,9 @@ impl StateDir {
         let content = holder.format();
         let target = name.to_string();
         if self.tmpfile.load(Ordering::Relaxed) {
-            match self.put_tmpfile(&target, content.as_bytes()) {
-                Ok(r) => return self.resolve_taken(name, holder, r),
-                Err(Fallback) => self.tmpfile.store(false, Ordering::Relaxed),
+            match self.put_tmpfile(&target, content.as_bytes())? {
+                Some(r) => return self.resolve_taken(name, holder, r),
+                None => self.tmpfile.store(false, Ordering::Relaxed),
             }
         }
         let r = self.put_linked(&target, content.as_bytes())?;
@@ -281,30 +281,41 @@ impl StateDir {
     }
 
     /// `O_TMPFILE` + `linkat` through `/proc/self/fd`: one anonymous inode, written, then
-    /// given its name. `Err(Fallback)` when the filesystem cannot do it.
-    fn put_tmpfile(&self, target: &str, content: &[u8]) -> Result<LinkResult, Fallback> {
-        let fd = openat(
+    /// given its name; nothing is left behind if any step fails. `Ok(None)` when this
+    /// filesystem (or a missing `/proc`) cannot do it: the caller falls back to a named
+    /// temporary file. Other errors (`ENOSPC`, `EMFILE`, `EROFS`...) are real errors.
+    fn put_tmpfile(&self, target: &str, content: &[u8]) -> Result<Option<LinkResult>> {
+        let fd = match openat(
             &self.fd,
             ".",
             OFlag::O_TMPFILE | OFlag::O_WRONLY | OFlag::O_CLOEXEC,
             Mode::from_bits_truncate(FILE_MODE),
-        )
-        .map_err(|_| Fallback)?;
-        let mut file = std::fs::File::from(fd);
-        file.write_all(content).map_err(|_| Fallback)?;
-        let proc_path = format!("/proc/self/fd/{}", file.as_raw_fd());
-        match linkat(
-            AT_FDCWD,
-            proc_path.as_str(),
-            &self.fd,
-            target,
-            AtFlags::AT_SYMLINK_FOLLOW,
         ) {
-            Ok(()) => Ok(LinkResult::Linked(file.into())),
-            Err(Errno::EEXIST) => Ok(LinkResult::Exists),
-            Err(Errno::EPERM) => Ok(LinkResult::Perm),
-            Err(e) => Ok(LinkResult::Failed(e, self.path.join(target))),
-        }
+            Ok(fd) => fd,
+            Err(Errno::EOPNOTSUPP | Errno::EISDIR | Errno::EINVAL | Errno::ENOSYS) => {
+                return Ok(None);
+            }
+            Err(e) => return Err(e).at("create lock file", || self.path.join(target)),
+        };
+        let mut file = std::fs::File::from(fd);
+        file.write_all(content)
+            .at("write lock file", || self.path.join(target))?;
+        let proc_path = format!("/proc/self/fd/{}", file.as_raw_fd());
+        Ok(Some(
+            match linkat(
+                AT_FDCWD,
+                proc_path.as_str(),
+                &self.fd,
+                target,
+                AtFlags::AT_SYMLINK_FOLLOW,
+            ) {
+                Ok(()) => LinkResult::Linked(file.into()),
+                Err(Errno::EEXIST) => LinkResult::Exists,
+                Err(Errno::EPERM) => LinkResult::Perm,
+                Err(Errno::ENOENT) if !Path::new("/proc/self/fd").exists() => return Ok(None),
+                Err(e) => LinkResult::Failed(e, self.path.join(target)),
+            },
+        ))
     }
 
     /// Temp file + `link` + `unlink` (the portable `put`).
@@ -563,8 +574,6 @@ enum LinkResult {
     Perm,
     Failed(Errno, PathBuf),
 }
-
-struct Fallback;
 
 fn file_type(st: &FileStat) -> SFlag {
     SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits())
