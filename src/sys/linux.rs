@@ -47,6 +47,31 @@ pub(crate) fn identity() -> Identity {
 
 /// Field 22 of `/proc/PID/stat`: the start time in clock ticks after boot.
 pub(crate) fn start_time(pid: u32) -> Option<u64> {
+    proc_stat(pid).map(|st| st.start)
+}
+
+/// The fields of `/proc/PID/stat` that liveness needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ProcStat {
+    /// Field 3: `R`, `S`, `D`, `T`, `Z` (zombie), `X` (dead), ...
+    pub(crate) state: u8,
+    /// Field 5: the process group.
+    pub(crate) pgrp: i32,
+    /// Field 22: the start time in clock ticks after boot.
+    pub(crate) start: u64,
+}
+
+impl ProcStat {
+    /// A zombie (or a process being reaped) has exited: it runs no code and holds no
+    /// lock, whether or not its parent has reaped it yet. An orphan waits for init to
+    /// reap it, which some container inits never do.
+    pub(crate) fn exited(&self) -> bool {
+        matches!(self.state, b'Z' | b'X' | b'x')
+    }
+}
+
+/// Reads `/proc/PID/stat`.
+pub(crate) fn proc_stat(pid: u32) -> Option<ProcStat> {
     use std::io::Read as _;
     // One read into a buffer that holds any stat line whose field 22 we need (the
     // command name is at most 64 bytes): open, read, close.
@@ -67,8 +92,11 @@ pub(crate) fn start_time(pid: u32) -> Option<u64> {
     let stat = std::str::from_utf8(&buf[..len]).ok()?;
     // The command name (field 2) is in parentheses and may contain anything, so count
     // fields from the last ')'.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_ascii_whitespace().nth(19)?.parse().ok()
+    let mut rest = stat[stat.rfind(')')? + 1..].split_ascii_whitespace();
+    let state = *rest.next()?.as_bytes().first()?;
+    let pgrp = rest.nth(1)?.parse().ok()?;
+    let start = rest.nth(16)?.parse().ok()?;
+    Some(ProcStat { state, pgrp, start })
 }
 
 /// What a same-host probe of a pid says.
@@ -91,20 +119,46 @@ pub(crate) fn probe_pid(pid: u32, start: u64) -> Probe {
     match kill(Pid::from_raw(raw), None) {
         Err(Errno::ESRCH) => Probe::Gone,
         // EPERM: it exists but belongs to someone else.
-        _ => match start_time(pid) {
-            Some(s) if s != start => Probe::Gone,
+        _ => match proc_stat(pid) {
+            Some(st) if st.start != start || st.exited() => Probe::Gone,
             // Unreadable /proc (hidepid): err on the side of "alive".
             _ => Probe::Alive,
         },
     }
 }
 
-/// Whether any process of the group `pgid` (in this pid namespace) exists.
+/// Whether any process of the group `pgid` (in this pid namespace) exists and has not
+/// exited (zombies, which `kill(-pgid, 0)` still finds, do not count).
 pub(crate) fn group_alive(pgid: u32) -> bool {
-    match i32::try_from(pgid) {
-        Ok(raw) if raw > 1 => !matches!(kill(Pid::from_raw(-raw), None), Err(Errno::ESRCH)),
-        _ => false,
+    let raw = match i32::try_from(pgid) {
+        Ok(raw) if raw > 1 => raw,
+        _ => return false,
+    };
+    if matches!(kill(Pid::from_raw(-raw), None), Err(Errno::ESRCH)) {
+        return false;
     }
+    // Usually the leader itself is alive.
+    if proc_stat(pgid).is_some_and(|st| st.pgrp == raw && !st.exited()) {
+        return true;
+    }
+    // Otherwise look for a live member. If /proc shows no member at all (hidepid),
+    // err on the side of "alive".
+    let Ok(procs) = fs::read_dir("/proc") else {
+        return true;
+    };
+    let mut seen = false;
+    for e in procs.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        if let Some(st) = proc_stat(pid).filter(|st| st.pgrp == raw) {
+            if !st.exited() {
+                return true;
+            }
+            seen = true;
+        }
+    }
+    !seen
 }
 
 /// The kind of filesystem a directory lives on, as far as the protocol cares.
@@ -155,6 +209,47 @@ mod tests {
         assert!(id.pidns > 0);
         assert_eq!(probe_pid(id.pid, id.start), Probe::Alive);
         assert_eq!(probe_pid(id.pid, id.start + 1), Probe::Gone);
+    }
+
+    #[test]
+    fn a_zombie_is_gone_and_so_is_its_group() {
+        use std::os::unix::process::CommandExt;
+        let mut child = std::process::Command::new("true")
+            .process_group(0)
+            .spawn()
+            .expect("spawn true");
+        let pid = child.id();
+        let start = start_time(pid).unwrap_or(0);
+        // Not reaped yet: a zombie once it has exited.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !proc_stat(pid).is_some_and(|st| st.exited()) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "never became a zombie"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(probe_pid(pid, start), Probe::Gone);
+        assert!(!group_alive(pid));
+        child.wait().expect("wait");
+        assert!(!group_alive(pid));
+    }
+
+    #[test]
+    fn a_live_group_is_alive() {
+        use std::os::unix::process::CommandExt;
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .expect("spawn sleep");
+        let pid = child.id();
+        assert!(group_alive(pid));
+        let st = proc_stat(pid).expect("stat");
+        assert_eq!(st.pgrp, i32::try_from(pid).expect("pid"));
+        assert!(!st.exited());
+        child.kill().expect("kill");
+        child.wait().expect("wait");
     }
 
     #[test]
