@@ -1,0 +1,461 @@
+//! Forking COMMAND's process before the lock is taken, and executing it after.
+//!
+//! The lock's holder record must name COMMAND's process group, so the child is forked
+//! first: it makes its own group, arms `PR_SET_PDEATHSIG(SIGKILL)`, and blocks on a
+//! "go" pipe. The parent takes the lock for that group and then writes "go" and the
+//! fencing token; the child puts the token into its prepared environment and executes
+//! COMMAND. If the lock is not obtained, the child is killed without ever executing.
+//!
+//! Everything the child needs (paths, argv, envp) is prepared before the fork: between
+//! fork and exec the child calls only async-signal-safe functions and never allocates.
+
+use std::ffi::{CString, OsStr, OsString};
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::libc;
+use nix::sys::signal::{SigSet, SigmaskHow, Signal};
+use nix::unistd::{ForkResult, Pid};
+
+use super::Error;
+
+const TOKEN_VAR: &[u8] = b"RWDIR_TOKEN=";
+/// Room for the decimal digits of any u64.
+const TOKEN_DIGITS: usize = 20;
+/// The "go" message: one byte, then the token as 8 little-endian bytes.
+const GO_LEN: usize = 9;
+const GO: u8 = b'g';
+
+/// COMMAND, ready to be executed by a forked child without allocating.
+#[derive(Debug)]
+pub(crate) struct Prepared {
+    program: OsString,
+    /// The paths to try, in order (one, or one per `PATH` entry).
+    paths: Vec<CString>,
+    /// Owns the strings `argv` points into.
+    _args: Vec<CString>,
+    argv: Vec<*const libc::c_char>,
+    /// Owns the strings `envp` points into; the token entry has room for its digits.
+    _env: Vec<Vec<u8>>,
+    envp: Vec<*const libc::c_char>,
+    /// Where the digits of the fencing token go (writers): right after `RWDIR_TOKEN=`
+    /// in its entry of `_env`, with `TOKEN_DIGITS + 1` zeroed bytes of room.
+    token_at: Option<*mut u8>,
+}
+
+impl Prepared {
+    /// Resolves COMMAND and builds its argv and environment.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Exec`] if COMMAND cannot be found or is not executable (checked here,
+    /// before any lock is taken, and again by the exec itself).
+    pub(crate) fn new(command: &[OsString], write: bool, dir: &Path) -> Result<Prepared, Error> {
+        let Some(program) = command.first() else {
+            return Err(exec_error(OsString::new(), io::ErrorKind::NotFound.into()));
+        };
+        let to_c = |s: &OsStr| {
+            CString::new(s.as_bytes()).map_err(|_| {
+                exec_error(
+                    program.clone(),
+                    io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        "an argument contains a NUL byte",
+                    ),
+                )
+            })
+        };
+        let args = command
+            .iter()
+            .map(|a| to_c(a))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut argv: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+        argv.push(std::ptr::null());
+
+        let mut env: Vec<Vec<u8>> = std::env::vars_os()
+            .filter(|(k, _)| !matches!(k.as_bytes(), b"RWDIR_MODE" | b"RWDIR_DIR" | b"RWDIR_TOKEN"))
+            .map(|(k, v)| {
+                let mut e = k.into_vec();
+                e.push(b'=');
+                e.extend_from_slice(v.as_bytes());
+                e
+            })
+            .filter(|e| !e.contains(&0))
+            .collect();
+        let mode: &[u8] = if write { b"write" } else { b"read" };
+        env.push([b"RWDIR_MODE=", mode].concat());
+        // (A path from the command line cannot contain a NUL byte.)
+        env.push([b"RWDIR_DIR=", dir.as_os_str().as_bytes()].concat());
+        let token_entry = write.then(|| {
+            env.push(TOKEN_VAR.to_vec());
+            env.len() - 1
+        });
+        for e in &mut env {
+            // NUL-terminate; the token entry gets zeroed room for its digits.
+            e.resize(e.len() + 1, 0);
+        }
+        // The child writes the token's digits here. `as_mut_ptr` and `as_ptr` (for
+        // `envp`) may coexist; `env` is never resized again.
+        let token_at = token_entry.map(|i| {
+            env[i].resize(TOKEN_VAR.len() + TOKEN_DIGITS + 1, 0);
+            env[i].as_mut_ptr().wrapping_add(TOKEN_VAR.len())
+        });
+        let mut envp: Vec<*const libc::c_char> = env.iter().map(|e| e.as_ptr().cast()).collect();
+        envp.push(std::ptr::null());
+
+        let paths = resolve(program)?
+            .iter()
+            .map(|p| to_c(p.as_os_str()))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Prepared {
+            program: program.clone(),
+            paths,
+            _args: args,
+            argv,
+            _env: env,
+            envp,
+            token_at,
+        })
+    }
+
+    /// COMMAND's program, as given.
+    pub(crate) fn program(&self) -> &OsStr {
+        &self.program
+    }
+}
+
+fn exec_error(program: OsString, source: io::Error) -> Error {
+    Error::Exec { program, source }
+}
+
+/// The paths `execvp` would try for `program`, checked now: at least one must be an
+/// executable file.
+fn resolve(program: &OsStr) -> Result<Vec<PathBuf>, Error> {
+    let not_found = || {
+        exec_error(
+            program.to_os_string(),
+            io::Error::new(io::ErrorKind::NotFound, "command not found"),
+        )
+    };
+    if program.is_empty() {
+        return Err(not_found());
+    }
+    let candidates: Vec<PathBuf> = if program.as_bytes().contains(&b'/') {
+        vec![PathBuf::from(program)]
+    } else {
+        let path =
+            std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+        std::env::split_paths(&path)
+            .map(|d| {
+                // An empty PATH entry means the current directory.
+                let d = if d.as_os_str().is_empty() {
+                    PathBuf::from(".")
+                } else {
+                    d
+                };
+                d.join(program)
+            })
+            .collect()
+    };
+    let mut found_unusable: Option<io::Error> = None;
+    for c in &candidates {
+        match std::fs::metadata(c) {
+            Ok(m) if m.is_file() && executable(c, m.permissions().mode()) => {
+                return Ok(candidates);
+            }
+            Ok(m) if m.is_dir() => {
+                found_unusable.get_or_insert(io::Error::from_raw_os_error(libc::EISDIR));
+            }
+            Ok(_) => {
+                found_unusable.get_or_insert(io::Error::from_raw_os_error(libc::EACCES));
+            }
+            Err(e) if candidates.len() == 1 && e.kind() != io::ErrorKind::NotFound => {
+                found_unusable.get_or_insert(e);
+            }
+            Err(_) => {}
+        }
+    }
+    match found_unusable {
+        Some(e) => Err(exec_error(program.to_os_string(), e)),
+        None if candidates.len() == 1 => Err(exec_error(
+            program.to_os_string(),
+            io::Error::from_raw_os_error(libc::ENOENT),
+        )),
+        None => Err(not_found()),
+    }
+}
+
+/// Whether we may execute `path` (`access(X_OK)`; for root, any execute bit).
+fn executable(path: &Path, mode: u32) -> bool {
+    mode & 0o111 != 0 && nix::unistd::access(path, nix::unistd::AccessFlags::X_OK).is_ok()
+}
+
+/// COMMAND's forked process, waiting for "go".
+#[derive(Debug)]
+pub(crate) struct Child {
+    pid: Pid,
+    go: Option<OwnedFd>,
+    exec_errors: OwnedFd,
+}
+
+/// What the child's exec did.
+#[derive(Debug)]
+pub(crate) enum Started {
+    /// COMMAND runs.
+    Running,
+    /// The exec failed with this error; the child exits with status 127.
+    Failed(io::Error),
+}
+
+impl Child {
+    /// Forks the child for `cmd`. `mask` is the signal mask to restore before exec.
+    ///
+    /// Must be called while this is the only thread of the process, from the thread
+    /// that will stay alive as long as COMMAND runs (the parent-death signal fires when
+    /// the forking thread exits): in rwdir, the main thread, before any other starts.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Sys`] if a pipe or the fork fails.
+    pub(crate) fn fork(cmd: &Prepared, mask: &SigSet) -> Result<Child, Error> {
+        let (go_r, go_w) =
+            nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| Error::sys("create a pipe", e))?;
+        let (err_r, err_w) =
+            nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| Error::sys("create a pipe", e))?;
+        let parent = nix::unistd::getpid();
+        // SAFETY: rwdir is single-threaded here (the caller's contract), so the child is a
+        // copy of a consistent process. The child runs only `child_main`, which calls
+        // async-signal-safe functions on memory prepared before the fork and never
+        // returns (it execs or `_exit`s).
+        match unsafe { nix::unistd::fork() } {
+            Err(e) => Err(Error::sys("fork", e)),
+            Ok(ForkResult::Child) => {
+                drop(go_w);
+                drop(err_r);
+                // SAFETY: see above; `cmd.token_at` points into the child's own copy of
+                // the environment, with TOKEN_DIGITS + 1 bytes of room.
+                unsafe { child_main(cmd, mask, parent, go_r.as_raw_fd(), err_w.as_raw_fd()) }
+            }
+            Ok(ForkResult::Parent { child }) => {
+                // Also here, as shells do, so that the group exists whichever runs first.
+                // EACCES (the child already execed) and ESRCH (it died) are harmless.
+                let _ = nix::unistd::setpgid(child, child);
+                drop(go_r);
+                drop(err_w);
+                Ok(Child {
+                    pid: child,
+                    go: Some(go_w),
+                    exec_errors: err_r,
+                })
+            }
+        }
+    }
+
+    /// The child's pid, which is also its process group id.
+    pub(crate) fn pid(&self) -> Pid {
+        self.pid
+    }
+
+    /// Lets the child execute COMMAND with fencing `token` (ignored for readers) and
+    /// reports whether the exec worked.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Sys`] if the child is gone before it got the message.
+    pub(crate) fn go(&mut self, token: u64) -> Result<Started, Error> {
+        let Some(go) = self.go.take() else {
+            return Err(Error::sys("start COMMAND twice", Errno::EINVAL));
+        };
+        let mut msg = [0u8; GO_LEN];
+        msg[0] = GO;
+        msg[1..].copy_from_slice(&token.to_le_bytes());
+        write_all(&go, &msg).map_err(|e| Error::sys("start COMMAND", e))?;
+        drop(go);
+        // EOF: the exec worked (the pipe is close-on-exec). Four bytes: its errno.
+        let mut buf = [0u8; 4];
+        let mut got = 0;
+        while got < buf.len() {
+            match nix::unistd::read(&self.exec_errors, &mut buf[got..]) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(Errno::EINTR) => {}
+                Err(e) => return Err(Error::sys("start COMMAND", e)),
+            }
+        }
+        if got == buf.len() {
+            Ok(Started::Failed(io::Error::from_raw_os_error(
+                i32::from_le_bytes(buf),
+            )))
+        } else {
+            Ok(Started::Running)
+        }
+    }
+
+    /// Kills a child that has not been told to go (it never executes COMMAND).
+    pub(crate) fn abort(&mut self) {
+        drop(self.go.take());
+        let _ = nix::sys::signal::kill(self.pid, Signal::SIGKILL);
+    }
+}
+
+fn write_all(fd: &OwnedFd, mut buf: &[u8]) -> nix::Result<()> {
+    while !buf.is_empty() {
+        match nix::unistd::write(fd, buf) {
+            Ok(n) => buf = &buf[n..],
+            Err(Errno::EINTR) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Exit status of a child that found its parent gone before it could start.
+const ORPHANED: i32 = 126;
+/// Exit status of a child that was not told to go.
+const NOT_STARTED: i32 = 125;
+/// Exit status of a child whose exec failed.
+const EXEC_FAILED: i32 = 127;
+
+/// The child, between fork and exec. Only async-signal-safe calls; no allocation.
+///
+/// # Safety
+///
+/// Call only in a freshly forked child of a single-threaded process, with a `cmd` built
+/// by [`Prepared::new`] (whose `token_at` points at `TOKEN_DIGITS + 1` writable bytes).
+unsafe fn child_main(cmd: &Prepared, mask: &SigSet, parent: Pid, go: RawFd, errors: RawFd) -> ! {
+    // Our own process group: signals to the group reach COMMAND and its children, and a
+    // terminal can make it the foreground.
+    let _ = nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0));
+    // Die with rwdir. Then check the parent did not die before the signal was armed.
+    if let Err(e) = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL) {
+        report_and_exit(errors, e as i32);
+    }
+    if nix::unistd::getppid() != parent {
+        exit(ORPHANED);
+    }
+    // Wait for "go" and the token; EOF means the lock was not obtained.
+    let mut msg = [0u8; GO_LEN];
+    let mut got = 0;
+    while got < GO_LEN {
+        // SAFETY: reading into our own stack buffer.
+        let n = unsafe { libc::read(go, msg[got..].as_mut_ptr().cast(), GO_LEN - got) };
+        match n {
+            0 => exit(NOT_STARTED),
+            n if n < 0 => {
+                if Errno::last() != Errno::EINTR {
+                    exit(NOT_STARTED);
+                }
+            }
+            // n > 0 and at most GO_LEN - got.
+            n => got += n.unsigned_abs(),
+        }
+    }
+    if msg[0] != GO {
+        exit(NOT_STARTED);
+    }
+    if let Some(at) = cmd.token_at {
+        let mut token = [0u8; 8];
+        token.copy_from_slice(&msg[1..]);
+        let digits = decimal(u64::from_le_bytes(token));
+        let len = digits.iter().position(|&b| b == 0).unwrap_or(TOKEN_DIGITS);
+        // SAFETY: `at` has TOKEN_DIGITS + 1 bytes of room (zeroed, so the entry stays
+        // NUL-terminated), and len <= TOKEN_DIGITS.
+        unsafe { std::ptr::copy_nonoverlapping(digits.as_ptr(), at, len) };
+    }
+    // Give COMMAND the signal mask and dispositions rwdir was started with: unblock what
+    // rwdir blocked, and undo the Rust runtime's SIG_IGN of SIGPIPE.
+    let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(mask), None);
+    // SAFETY: SIG_DFL installs no handler.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+    // execvp's search, over paths resolved before the fork: skip names that are not
+    // there, remember a permission problem, stop at any other error.
+    let mut error = Errno::ENOENT;
+    let mut denied = false;
+    for path in &cmd.paths {
+        // SAFETY: `path`, `argv` and `envp` are NUL-terminated, and the arrays end in a
+        // null pointer; all were built before the fork.
+        unsafe { libc::execve(path.as_ptr(), cmd.argv.as_ptr(), cmd.envp.as_ptr()) };
+        match Errno::last() {
+            Errno::ENOENT | Errno::ENOTDIR | Errno::ESTALE | Errno::ETIMEDOUT => {}
+            Errno::EACCES => denied = true,
+            e => {
+                error = e;
+                break;
+            }
+        }
+    }
+    if denied && error == Errno::ENOENT {
+        error = Errno::EACCES;
+    }
+    report_and_exit(errors, error as i32)
+}
+
+/// Sends `errno` to the parent and exits with [`EXEC_FAILED`]. Async-signal-safe.
+fn report_and_exit(errors: RawFd, errno: i32) -> ! {
+    let bytes = errno.to_le_bytes();
+    // SAFETY: writing our own stack buffer to a descriptor we own.
+    let _ = unsafe { libc::write(errors, bytes.as_ptr().cast(), bytes.len()) };
+    exit(EXEC_FAILED)
+}
+
+fn exit(status: i32) -> ! {
+    // SAFETY: `_exit` is async-signal-safe and runs no atexit handlers or destructors.
+    unsafe { libc::_exit(status) }
+}
+
+/// `n` in decimal, NUL-padded; no allocation.
+fn decimal(mut n: u64) -> [u8; TOKEN_DIGITS] {
+    let mut rev = [0u8; TOKEN_DIGITS];
+    let mut len = 0;
+    loop {
+        rev[len] = b'0' + (n % 10) as u8;
+        len += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    let mut out = [0u8; TOKEN_DIGITS];
+    for i in 0..len {
+        out[i] = rev[len - 1 - i];
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decimal_digits() {
+        let s = |n| {
+            let d = decimal(n);
+            let len = d.iter().position(|&b| b == 0).unwrap_or(TOKEN_DIGITS);
+            String::from_utf8(d[..len].to_vec()).expect("ascii")
+        };
+        assert_eq!(s(0), "0");
+        assert_eq!(s(7), "7");
+        assert_eq!(s(1234567890), "1234567890");
+        assert_eq!(s(u64::MAX), u64::MAX.to_string());
+    }
+
+    #[test]
+    fn resolution() {
+        assert!(resolve(OsStr::new("sh")).is_ok());
+        let e = resolve(OsStr::new("rwdir-no-such-command")).unwrap_err();
+        assert!(
+            matches!(e, Error::Exec { ref source, .. } if source.kind() == io::ErrorKind::NotFound)
+        );
+        let e = resolve(OsStr::new("/")).unwrap_err();
+        assert!(
+            matches!(e, Error::Exec { ref source, .. } if source.kind() != io::ErrorKind::NotFound)
+        );
+    }
+}

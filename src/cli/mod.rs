@@ -1,0 +1,173 @@
+//! The `rwdir` command line: `read`, `write`, `status`, `cleanup`, `completions`, `man`.
+
+pub(crate) mod args;
+pub(crate) mod cleanup;
+pub(crate) mod exec;
+pub(crate) mod status;
+pub(crate) mod supervise;
+
+use std::ffi::OsString;
+use std::fmt::Write as _;
+use std::io;
+
+use nix::sys::signal::Signal;
+
+/// Exit codes of rwdir's own (COMMAND's status passes through unchanged).
+pub(crate) mod code {
+    /// Success of `status`, `cleanup`, `completions`, `man`.
+    pub(crate) const OK: u8 = 0;
+    /// Any other error: an I/O error in the lock directory, a failed fork, ...
+    pub(crate) const FAILURE: u8 = 1;
+    /// Usage error: unknown option, missing COMMAND, bad --timeout (EX_USAGE).
+    pub(crate) const USAGE: u8 = 64;
+    /// DIR is missing, not a directory, unreadable, or its `.rwdir` is not a real
+    /// directory (EX_NOINPUT).
+    pub(crate) const NO_DIR: u8 = 66;
+    /// The lock was lost while COMMAND ran; COMMAND was sent SIGTERM (EX_IOERR).
+    pub(crate) const LOST: u8 = 74;
+    /// The lock was not obtained in time: `--timeout`, `--no-wait` (EX_TEMPFAIL).
+    pub(crate) const BUSY: u8 = 75;
+    /// COMMAND was found but could not be executed.
+    pub(crate) const CANNOT_EXECUTE: u8 = 126;
+    /// COMMAND was not found.
+    pub(crate) const NOT_FOUND: u8 = 127;
+    /// COMMAND (or rwdir, while waiting for the lock) died of signal N: 128 + N.
+    pub(crate) const SIGNAL_BASE: u8 = 128;
+
+    /// The exit-code table of `rwdir --help`.
+    pub(crate) const HELP: &str = "\
+Exit status:
+  read, write   COMMAND's own exit status; 128+N if COMMAND died of signal N
+                (also when rwdir itself got signal N while waiting for the lock)
+  0             status, cleanup, completions, man: success
+  1             any other error (an I/O error in DIR/.rwdir, a failed fork, ...)
+  64            usage error (unknown option, missing COMMAND, bad --timeout)
+  66            DIR is missing, not a directory, not readable, or DIR/.rwdir is
+                not a real directory
+  74            the lock was lost while COMMAND ran (its lock file was removed, or
+                the filesystem went away): COMMAND got SIGTERM, SIGKILL 10 s later
+  75            the lock was not obtained within --timeout (or at once, --no-wait)
+  126           COMMAND was found but could not be executed
+  127           COMMAND was not found";
+
+    /// The environment and exit-code text of `rwdir read --help`, `rwdir write --help`.
+    pub(crate) const HELP_LOCK: &str = "\
+COMMAND's environment:
+  RWDIR_MODE    `read` or `write`
+  RWDIR_DIR     DIR, as given
+  RWDIR_TOKEN   (writers only) the fencing token of this grant: unique and growing
+                over all write grants on DIR. It protects only a resource that
+                remembers the highest token it has seen and rejects lower ones.
+
+COMMAND runs in its own process group and is killed (SIGKILL) if rwdir dies. The lock
+counts as held while any process of that group lives. SIGINT, SIGTERM and SIGHUP sent
+to rwdir are forwarded to the group; the lock is released when COMMAND exits.
+While waiting more than a second, rwdir says once on stderr who holds the lock
+(--quiet silences this).
+
+Exit status:
+  COMMAND's own exit status; 128+N if COMMAND died of signal N
+  (also when rwdir itself got signal N while waiting for the lock)
+  1     any other error (an I/O error in DIR/.rwdir, a failed fork, ...)
+  64    usage error (unknown option, missing COMMAND, bad --timeout)
+  66    DIR is missing, not a directory, not readable, or DIR/.rwdir is not a real
+        directory
+  74    the lock was lost while COMMAND ran: COMMAND got SIGTERM, SIGKILL 10 s later
+  75    the lock was not obtained within --timeout (or at once, --no-wait)
+  126   COMMAND was found but could not be executed
+  127   COMMAND was not found";
+}
+
+/// Everything that ends rwdir with an error.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Error {
+    /// A usage error, or `--help`/`--version` (which clap reports as errors).
+    #[error(transparent)]
+    Usage(#[from] clap::Error),
+    /// DIR cannot be used as a lock directory.
+    #[error(transparent)]
+    Dir(rwdir::Error),
+    /// Taking, inspecting or cleaning the lock failed.
+    #[error(transparent)]
+    Lock(#[from] rwdir::Error),
+    /// The lock was lost while COMMAND ran. The message was printed when it happened.
+    #[error("{0}")]
+    Lost(rwdir::Error),
+    /// COMMAND could not be started.
+    #[error("failed to run `{}`", program.to_string_lossy())]
+    Exec {
+        /// COMMAND as given.
+        program: OsString,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// rwdir got a signal while it waited for the lock; COMMAND never ran.
+    #[error("interrupted by {} while waiting for {mode} lock on `{}`", signal.as_str(), dir.display())]
+    Interrupted {
+        /// The signal.
+        signal: Signal,
+        /// `read` or `write`.
+        mode: &'static str,
+        /// DIR.
+        dir: std::path::PathBuf,
+    },
+    /// A system call rwdir itself needs failed.
+    #[error("failed to {action}")]
+    Sys {
+        /// What was being done, as a verb phrase.
+        action: &'static str,
+        /// The operating system's error.
+        #[source]
+        source: io::Error,
+    },
+    /// Writing to standard output failed.
+    #[error("failed to write to standard output")]
+    Output(#[source] io::Error),
+}
+
+impl Error {
+    /// A failed system call of rwdir's own.
+    pub(crate) fn sys(action: &'static str, errno: nix::errno::Errno) -> Error {
+        Error::Sys {
+            action,
+            source: io::Error::from(errno),
+        }
+    }
+}
+
+/// The one-line message for `err`: the error and each of its sources, joined by ": ".
+pub(crate) fn message(err: &dyn std::error::Error) -> String {
+    let mut line = err.to_string();
+    let mut source = err.source();
+    while let Some(s) = source {
+        let _ = write!(line, ": {s}");
+        source = s.source();
+    }
+    line
+}
+
+/// Prints `err` on standard error the way the user should see it.
+pub(crate) fn report(err: &Error) {
+    match err {
+        // clap words and colours its own messages (and help goes to stdout).
+        Error::Usage(e) => {
+            let _ = e.print();
+        }
+        // Already said when it happened.
+        Error::Lost(_) => {}
+        // `rwdir status | head -1`: not worth a word.
+        Error::Output(e) if e.kind() == io::ErrorKind::BrokenPipe => {}
+        _ => eprintln!("rwdir: {}", message(err)),
+    }
+}
+
+/// Writes to standard output, turning failures into [`Error::Output`].
+pub(crate) fn out(text: &str) -> Result<(), Error> {
+    use std::io::Write as _;
+    let mut stdout = io::stdout().lock();
+    stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+        .map_err(Error::Output)
+}
