@@ -826,8 +826,8 @@ mod parent {
                         let queued = lock && writer_waits(&root)?;
                         let w = &mut workers[i];
                         w.child.kill().at("kill", Path::new(&w.name))?;
-                        // Reap it at once: until then it is a zombie, and a zombie
-                        // still counts as a live holder.
+                        // Reap it, as a parent should. (rwdir would judge it dead
+                        // even as an unreaped zombie.)
                         w.child.wait().at("wait for", Path::new(&w.name))?;
                         let pid = w.child.id();
                         stats.killed = Some((pid, Instant::now()));
