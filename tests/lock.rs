@@ -1,0 +1,574 @@
+//! Taking, sharing, timing out, downgrading and releasing the lock across processes;
+//! fencing tokens; `status`; errors for bad directories.
+
+#![allow(clippy::disallowed_methods)]
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::io::ErrorKind;
+use std::time::{Duration, Instant};
+
+use common::{Child, Opts, assert_only_token, holder_pid, lock, state, tempdir, wait_until};
+use rwdir::{DirLock, Error, Liveness};
+
+#[test]
+fn child_entry() {
+    common::child_entry();
+}
+
+/// A lock whose polling pauses are far longer than any bound below: a call that
+/// sleeps even once shows up as slow.
+fn slow_poll_lock(dir: &std::path::Path) -> DirLock {
+    DirLock::builder(dir)
+        .poll_interval(Duration::from_secs(5), Duration::from_secs(5))
+        .build()
+        .expect("build lock")
+}
+
+fn assert_quick(what: &str, start: Instant) {
+    let took = start.elapsed();
+    assert!(
+        took < Duration::from_millis(200),
+        "{what} took {took:?}: a try_* call must never sleep"
+    );
+}
+
+#[test]
+fn readers_share_across_processes() {
+    let dir = tempdir();
+    let lk = lock(dir.path());
+    let mut a = Child::spawn("A", dir.path());
+    let mut b = Child::spawn("B", dir.path());
+    a.ok("read");
+    b.ok("try_read");
+    let me = lk
+        .try_read()
+        .expect("a third reader gets in while two others hold");
+
+    let st = lk.status().expect("status");
+    let pids: BTreeSet<u32> = st
+        .readers
+        .iter()
+        .map(|e| e.holder.as_ref().expect("record").pid)
+        .collect();
+    assert_eq!(pids, BTreeSet::from([a.pid(), b.pid(), std::process::id()]));
+    assert!(st.readers.iter().all(|e| e.liveness == Liveness::Alive));
+    assert!(st.writer.is_none() && st.pending.is_empty());
+
+    let err = lk.try_write().expect_err("a writer is excluded by readers");
+    assert_eq!(err.kind(), ErrorKind::WouldBlock);
+    assert!(
+        [a.pid(), b.pid(), std::process::id()].contains(&holder_pid(&err).expect("named")),
+        "{err}"
+    );
+    drop(me);
+    a.finish();
+    b.finish();
+    assert_only_token(dir.path());
+}
+
+#[test]
+fn writer_excludes_readers_and_writers() {
+    let dir = tempdir();
+    let lk = lock(dir.path());
+    let mut w = Child::spawn("W", dir.path());
+    let mut b = Child::spawn("B", dir.path());
+    let token = Child::token_of(&w.ok("write"));
+
+    let err = lk.try_read().expect_err("no reader while a writer holds");
+    assert_eq!(err.kind(), ErrorKind::WouldBlock);
+    assert_eq!(holder_pid(&err), Some(w.pid()), "{err}");
+    let err = lk.try_write().expect_err("no second writer");
+    assert_eq!(err.kind(), ErrorKind::WouldBlock);
+    assert_eq!(holder_pid(&err), Some(w.pid()), "{err}");
+    let r = b.call("try_read");
+    assert!(
+        r.starts_with(&format!("err WouldBlock holder={}", w.pid())),
+        "{r}"
+    );
+    let r = b.call("try_write");
+    assert!(r.starts_with("err WouldBlock"), "{r}");
+
+    let st = lk.status().expect("status");
+    let writer = st.writer.expect("writer shown");
+    assert_eq!(writer.holder.as_ref().map(|h| h.pid), Some(w.pid()));
+    assert_eq!(writer.liveness, Liveness::Alive);
+    assert_eq!(st.token, Some(token));
+
+    w.ok("release");
+    let g = lk.try_write().expect("free again after release");
+    assert!(g.token() > token);
+    drop(g);
+    w.finish();
+    b.finish();
+    assert_only_token(dir.path());
+}
+
+#[test]
+fn try_calls_never_sleep() {
+    let dir = tempdir();
+    let lk = slow_poll_lock(dir.path());
+
+    // A writer holds.
+    let mut w = Child::spawn("W", dir.path());
+    w.ok("write");
+    for _ in 0..3 {
+        let t = Instant::now();
+        let e = lk.try_read().expect_err("held");
+        assert_quick("try_read against a writer", t);
+        assert_eq!(e.kind(), ErrorKind::WouldBlock);
+        let t = Instant::now();
+        let e = lk.try_write().expect_err("held");
+        assert_quick("try_write against a writer", t);
+        assert_eq!(e.kind(), ErrorKind::WouldBlock);
+    }
+    w.ok("release");
+
+    // A reader holds and a writer waits behind it.
+    let mut r = Child::spawn("R", dir.path());
+    r.ok("read");
+    w.send("write");
+    wait_until("the writer waits", dir.path(), || {
+        common::writer_pids(&lk) == [w.pid()]
+    });
+    let t = Instant::now();
+    let e = lk
+        .try_read()
+        .expect_err("a queued writer blocks new readers");
+    assert_quick("try_read against a queued writer", t);
+    assert_eq!(holder_pid(&e), Some(w.pid()), "{e}");
+    let t = Instant::now();
+    let e = lk.try_write().expect_err("held");
+    assert_quick("try_write against a reader and a queued writer", t);
+    assert_eq!(e.kind(), ErrorKind::WouldBlock);
+
+    // Zero timeouts behave like try_*.
+    let t = Instant::now();
+    let e = lk.try_write_for(Duration::ZERO).expect_err("held");
+    assert_quick("try_write_for(0)", t);
+    assert_eq!(e.kind(), ErrorKind::TimedOut);
+
+    r.ok("release");
+    assert!(w.reply().starts_with("ok write"));
+    w.finish();
+    r.finish();
+    assert_only_token(dir.path());
+}
+
+#[test]
+fn timeouts_name_the_holder() {
+    let dir = tempdir();
+    let lk = lock(dir.path());
+    let mut c = Child::spawn("C", dir.path());
+
+    c.ok("read");
+    let t = Instant::now();
+    let err = lk
+        .try_write_for(Duration::from_millis(300))
+        .expect_err("a reader holds");
+    let took = t.elapsed();
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_secs(3),
+        "took {took:?}"
+    );
+    assert_eq!(err.kind(), ErrorKind::TimedOut);
+    assert!(matches!(err, Error::TimedOut { .. }));
+    assert_eq!(holder_pid(&err), Some(c.pid()), "{err}");
+    assert_eq!(err.path(), dir.path());
+    let msg = err.to_string();
+    assert!(
+        msg.contains("timed out") && msg.contains(&format!("pid {}", c.pid())),
+        "{msg}"
+    );
+    // Our timed-out attempt left nothing behind but the token it took.
+    assert_eq!(
+        common::non_token_names(&state(dir.path())).len(),
+        1,
+        "only the reader's file:\n{}",
+        common::dump(&state(dir.path()))
+    );
+    c.ok("release");
+
+    c.ok("write");
+    let t = Instant::now();
+    let err = lk
+        .try_read_until(Instant::now() + Duration::from_millis(300))
+        .expect_err("a writer holds");
+    let took = t.elapsed();
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_secs(3),
+        "took {took:?}"
+    );
+    assert_eq!(err.kind(), ErrorKind::TimedOut);
+    assert_eq!(holder_pid(&err), Some(c.pid()), "{err}");
+
+    // A poll interval longer than the timeout is cut to the deadline.
+    let slow = slow_poll_lock(dir.path());
+    let t = Instant::now();
+    let err = slow
+        .try_write_for(Duration::from_millis(300))
+        .expect_err("a writer holds");
+    let took = t.elapsed();
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_secs(3),
+        "took {took:?}"
+    );
+    assert_eq!(holder_pid(&err), Some(c.pid()), "{err}");
+
+    c.ok("release");
+    c.finish();
+    assert_only_token(dir.path());
+}
+
+#[test]
+fn failed_attempts_leave_no_files_of_their_own() {
+    let dir = tempdir();
+    let lk = lock(dir.path());
+    let st = state(dir.path());
+    let mut r = Child::spawn("R", dir.path());
+    let mut w = Child::spawn("W", dir.path());
+
+    r.ok("read");
+    let with_reader = common::non_token_names(&st);
+    for _ in 0..5 {
+        assert!(lk.try_write().is_err());
+        assert!(lk.try_write_for(Duration::from_millis(20)).is_err());
+        let x = w.call("write_for 20");
+        assert!(x.starts_with("err TimedOut"), "{x}");
+        let x = w.call("try_write");
+        assert!(x.starts_with("err WouldBlock"), "{x}");
+        assert_eq!(common::non_token_names(&st), with_reader);
+    }
+    r.ok("release");
+
+    w.ok("write");
+    let with_writer = common::non_token_names(&st);
+    for _ in 0..5 {
+        assert!(lk.try_read().is_err());
+        assert!(lk.try_read_for(Duration::from_millis(20)).is_err());
+        assert!(lk.try_write_for(Duration::from_millis(20)).is_err());
+        let x = r.call("read_for 20");
+        assert!(x.starts_with("err TimedOut"), "{x}");
+        assert_eq!(common::non_token_names(&st), with_writer);
+    }
+    w.ok("release");
+    r.finish();
+    w.finish();
+    assert_only_token(dir.path());
+}
+
+/// While a writer downgrades, a writer queued in another process must not get in
+/// between: the reader's file exists before `.master_lock` goes. The queued writer
+/// polls without pausing, so it would see any gap.
+#[test]
+fn downgrade_lets_no_waiting_writer_in_between() {
+    let dir = tempdir();
+    let log = dir.path().join("events.log");
+    let lk = lock(dir.path());
+    let mut w = Child::spawn_with(
+        "W",
+        dir.path(),
+        &Opts {
+            poll_ms: Some((0, 0)),
+            log: Some(log.clone()),
+            ..Opts::default()
+        },
+    );
+    for round in 0..25 {
+        let g = lk.write().expect("write");
+        let token = g.token();
+        common::log_event(&log, "T enter write");
+        w.send("write");
+        wait_until("W is queued", dir.path(), || {
+            common::pending_pids(&lk) == [w.pid()]
+        });
+        common::log_event(&log, "T downgrade");
+        let r = g.downgrade().expect("downgrade");
+        r.check().expect("the downgraded reader holds");
+        // W now owns `.master_lock` and waits for our reader to leave.
+        wait_until("W takes .master_lock", dir.path(), || {
+            let st = lk.status().expect("status");
+            st.writer.and_then(|e| e.holder).map(|h| h.pid) == Some(w.pid())
+        });
+        let st = lk.status().expect("status");
+        assert!(
+            st.readers
+                .iter()
+                .any(|e| e.holder.as_ref().map(|h| h.pid) == Some(std::process::id())),
+            "round {round}: our reader is shown"
+        );
+        if let Some(early) = w.reply_within(Duration::from_millis(50)) {
+            panic!("round {round}: W entered while the downgraded reader held: {early}");
+        }
+        common::log_event(&log, "T exit");
+        r.release().expect("release");
+        let got = w.reply();
+        assert!(got.starts_with("ok write"), "{got}");
+        assert!(Child::token_of(&got) > token);
+        w.ok("release");
+    }
+    // Every W enter follows T's exit of the same round.
+    let ev = common::events(&log);
+    let mut t_inside = false;
+    for line in &ev {
+        match line.as_str() {
+            "T enter write" => t_inside = true,
+            "T exit" => t_inside = false,
+            l if l.starts_with("W enter") => assert!(!t_inside, "W entered inside T: {ev:#?}"),
+            _ => {}
+        }
+    }
+    w.finish();
+    assert_only_token(dir.path());
+}
+
+#[test]
+fn release_reports_a_lost_lock_and_removes_nothing() {
+    let dir = tempdir();
+    let lk = lock(dir.path());
+
+    let r = lk.read().expect("read");
+    fs::remove_file(r.path()).expect("remove the reader's file behind its back");
+    assert!(r.check().is_err());
+    let err = r.release().expect_err("the file was removed");
+    assert!(matches!(err, Error::LockLost { .. }), "{err:?}");
+    assert_eq!(err.kind(), ErrorKind::Other);
+
+    // A writer whose `.master_lock` was removed, and which another process took since.
+    let w = lk.write().expect("write");
+    let master = w.path();
+    fs::remove_file(&master).expect("remove .master_lock behind its back");
+    let mut c = Child::spawn("C", dir.path());
+    let t = Child::token_of(&c.ok("write"));
+    assert!(t > w.token());
+    let err = w.release().expect_err("not ours any more");
+    assert!(matches!(err, Error::LockLost { .. }), "{err:?}");
+    assert_eq!(err.path(), master);
+    // The successor's file survived our release.
+    let st = lk.status().expect("status");
+    assert_eq!(
+        st.writer.and_then(|e| e.holder).map(|h| h.pid),
+        Some(c.pid())
+    );
+    c.ok("release");
+    c.finish();
+    assert_only_token(dir.path());
+}
+
+#[test]
+fn fencing_tokens_strictly_grow() {
+    let dir = tempdir();
+    let lk = lock(dir.path());
+    let mut a = Child::spawn("A", dir.path());
+    let mut b = Child::spawn("B", dir.path());
+    let mut tokens = Vec::new();
+    for i in 0..6 {
+        match i % 3 {
+            0 => {
+                let g = lk.write().expect("write");
+                tokens.push(g.token());
+                // A downgrade keeps the grant; the next writer gets a new token.
+                let r = g.downgrade().expect("downgrade");
+                drop(r);
+            }
+            1 => {
+                tokens.push(Child::token_of(&a.ok("write")));
+                a.ok("release");
+            }
+            _ => {
+                tokens.push(Child::token_of(&b.ok("try_write")));
+                b.ok("release");
+            }
+        }
+    }
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "tokens must strictly grow: {tokens:?}"
+    );
+    assert_eq!(lk.status().expect("status").token, tokens.last().copied());
+    a.finish();
+    b.finish();
+    assert_eq!(assert_only_token(dir.path()), tokens.last().copied());
+}
+
+#[test]
+fn status_shows_writer_pending_and_readers() {
+    let dir = tempdir();
+    let lk = lock(dir.path());
+    let st = lk.status().expect("status of a fresh directory");
+    assert!(st.is_free() && st.token.is_none());
+    assert!(
+        !state(dir.path()).exists(),
+        "status must not create the state directory"
+    );
+
+    // R reads; W1 waits for R to leave (owning `.master_lock` already); W2 queues.
+    let mut r = Child::spawn("R", dir.path());
+    let mut w1 = Child::spawn("W1", dir.path());
+    let mut w2 = Child::spawn("W2", dir.path());
+    r.ok("read");
+    w1.send("write");
+    wait_until("W1 owns .master_lock", dir.path(), || {
+        common::writer_pids(&lk) == [w1.pid()]
+    });
+    w2.send("write");
+    wait_until("W2 is queued", dir.path(), || {
+        common::pending_pids(&lk) == [w2.pid()]
+    });
+    let st = lk.status().expect("status");
+    let pid = |e: &rwdir::Entry| e.holder.as_ref().map(|h| h.pid);
+    let writer = st.writer.as_ref().expect("W1 shown as the writer");
+    assert_eq!(pid(writer), Some(w1.pid()));
+    assert_eq!(writer.liveness, Liveness::Alive);
+    assert_eq!(writer.kind, rwdir::Kind::Write);
+    assert_eq!(st.pending.len(), 1);
+    assert_eq!(pid(&st.pending[0]), Some(w2.pid()));
+    assert_eq!(st.pending[0].liveness, Liveness::Alive);
+    assert_eq!(st.pending[0].kind, rwdir::Kind::Pending);
+    assert!(
+        st.pending[0]
+            .describe()
+            .contains(&format!("pid {}", w2.pid()))
+    );
+    assert_eq!(st.readers.len(), 1);
+    assert_eq!(pid(&st.readers[0]), Some(r.pid()));
+    assert_eq!(st.readers[0].liveness, Liveness::Alive);
+    assert_eq!(st.readers[0].kind, rwdir::Kind::Read);
+    assert_eq!(st.state_dir, state(dir.path()));
+    assert!(!st.is_free());
+
+    r.ok("release");
+    let t1 = Child::token_of(&w1.reply());
+    let st = lk.status().expect("status");
+    assert_eq!(st.writer.as_ref().and_then(pid), Some(w1.pid()));
+    assert_eq!(st.token, Some(t1));
+    assert!(st.readers.is_empty());
+    w1.ok("release");
+    let t2 = Child::token_of(&w2.reply());
+    assert!(t2 > t1);
+    let st = lk.status().expect("status");
+    assert_eq!(st.writer.as_ref().and_then(pid), Some(w2.pid()));
+    assert!(st.pending.is_empty());
+    w2.ok("release");
+    assert!(lk.status().expect("status").is_free());
+    r.finish();
+    w1.finish();
+    w2.finish();
+}
+
+#[test]
+fn missing_directory_is_not_found_naming_it() {
+    let dir = tempdir();
+    let missing = dir.path().join("no-such-dir");
+    let err = DirLock::new(&missing).expect_err("missing directory");
+    assert_eq!(err.kind(), ErrorKind::NotFound);
+    assert_eq!(err.path(), missing);
+    assert!(
+        err.to_string().contains(&missing.display().to_string()),
+        "{err}"
+    );
+    let err = rwdir::cleanup(&missing).expect_err("missing directory");
+    assert_eq!(err.kind(), ErrorKind::NotFound);
+    assert!(!missing.exists(), "a lock never creates DIR");
+
+    // A directory that vanishes after the lock was built.
+    let gone = dir.path().join("gone");
+    fs::create_dir(&gone).expect("mkdir");
+    let lk = lock(&gone);
+    fs::remove_dir(&gone).expect("rmdir");
+    let err = lk.try_read().expect_err("vanished directory");
+    assert_eq!(err.kind(), ErrorKind::NotFound);
+    assert_eq!(err.path(), gone);
+    let io: std::io::Error = err.into();
+    assert_eq!(io.kind(), ErrorKind::NotFound);
+}
+
+#[test]
+fn a_file_is_not_a_directory() {
+    let dir = tempdir();
+    let file = dir.path().join("plain");
+    fs::write(&file, b"data").expect("write");
+    let err = DirLock::new(&file).expect_err("a file");
+    assert!(matches!(err, Error::NotADirectory { .. }), "{err:?}");
+    assert_eq!(err.kind(), ErrorKind::NotADirectory);
+    assert_eq!(err.path(), file);
+    assert!(err.to_string().contains("plain"), "{err}");
+    assert_eq!(fs::read(&file).expect("read"), b"data");
+}
+
+#[test]
+fn symlinked_state_dir_is_refused_and_its_target_untouched() {
+    let dir = tempdir();
+    let target = tempdir();
+    std::os::unix::fs::symlink(target.path(), state(dir.path())).expect("symlink");
+    let lk = lock(dir.path());
+    let check = |err: Error| {
+        assert!(matches!(err, Error::NotADirectory { .. }), "{err:?}");
+        assert_eq!(err.path(), state(dir.path()));
+        assert!(err.to_string().contains(".rwdir"), "{err}");
+    };
+    check(lk.try_read().expect_err("symlinked .rwdir"));
+    check(lk.try_write().expect_err("symlinked .rwdir"));
+    check(lk.write().expect_err("symlinked .rwdir"));
+    check(lk.status().expect_err("symlinked .rwdir"));
+    check(lk.cleanup().expect_err("symlinked .rwdir"));
+    check(lk.cleanup_all().expect_err("symlinked .rwdir"));
+    assert!(common::names(target.path()).is_empty(), "target untouched");
+    assert!(
+        fs::symlink_metadata(state(dir.path()))
+            .expect("still there")
+            .file_type()
+            .is_symlink()
+    );
+}
+
+#[test]
+fn custom_state_dir() {
+    let dir = tempdir();
+    let elsewhere = tempdir();
+    let sd = elsewhere.path().join("locks");
+    let lk = DirLock::builder(dir.path())
+        .state_dir(&sd)
+        .poll_interval(Duration::from_millis(1), Duration::from_millis(20))
+        .build()
+        .expect("build");
+    let w = lk.write().expect("write");
+    assert!(sd.join(".master_lock").exists());
+    assert_eq!(w.path(), sd.join(".master_lock"));
+    assert!(!state(dir.path()).exists(), "nothing in DIR/.rwdir");
+    assert_eq!(lk.status().expect("status").state_dir, sd);
+
+    // A child using the same state directory is excluded; one using the default is not
+    // (it is a different lock).
+    let mut same = Child::spawn_with(
+        "same",
+        dir.path(),
+        &Opts {
+            state_dir: Some(sd.clone()),
+            ..Opts::default()
+        },
+    );
+    let r = same.call("try_read");
+    assert!(
+        r.starts_with(&format!("err WouldBlock holder={}", std::process::id())),
+        "{r}"
+    );
+    let mut other = Child::spawn("other", dir.path());
+    other.ok("try_write");
+    other.ok("release");
+    drop(w);
+    same.ok("try_read");
+    same.finish();
+    other.finish();
+
+    // A state directory whose parent is missing.
+    let bad = DirLock::builder(dir.path())
+        .state_dir(elsewhere.path().join("missing/locks"))
+        .build()
+        .expect("build checks DIR only");
+    let err = bad.try_read().expect_err("parent missing");
+    assert_eq!(err.kind(), ErrorKind::NotFound);
+    assert!(err.to_string().contains("missing"), "{err}");
+}
