@@ -1,0 +1,224 @@
+//! Writer priority (a reader never overtakes a waiting writer) and first come, first
+//! served among writers, across processes. Order is recorded in a shared event log
+//! that children append to right after each grant and right before each release.
+
+#![allow(clippy::disallowed_methods)]
+
+mod common;
+
+use std::io::ErrorKind;
+use std::path::Path;
+use std::time::Duration;
+
+use common::{Child, Opts, events, holder_pid, lock, tempdir, wait_until};
+
+#[test]
+fn child_entry() {
+    common::child_entry();
+}
+
+fn logged(name: &str, dir: &Path, log: &Path) -> Child {
+    Child::spawn_with(
+        name,
+        dir,
+        &Opts {
+            log: Some(log.to_path_buf()),
+            ..Opts::default()
+        },
+    )
+}
+
+/// The names of the processes in the log's `enter` events, in order.
+fn entered(log: &Path) -> Vec<String> {
+    events(log)
+        .iter()
+        .map(|l| common::parse_event(l))
+        .filter(|(_, what, _)| what == "enter")
+        .map(|(name, _, _)| name)
+        .collect()
+}
+
+fn position(ev: &[String], line: &str) -> usize {
+    ev.iter()
+        .position(|l| l.starts_with(line))
+        .unwrap_or_else(|| panic!("no `{line}` in {ev:#?}"))
+}
+
+/// A reader holds (process A); writer B waits for it. New readers must not get in
+/// until B has entered and left.
+#[test]
+fn waiting_writer_blocks_new_readers() {
+    let dir = tempdir();
+    let log = dir.path().join("events.log");
+    let lk = lock(dir.path());
+    let mut a = logged("A", dir.path(), &log);
+    let mut b = logged("B", dir.path(), &log);
+    let mut c = logged("C", dir.path(), &log);
+    let mut d = logged("D", dir.path(), &log);
+
+    a.ok("read");
+    b.send("write");
+    wait_until("B waits", dir.path(), || {
+        common::writer_pids(&lk) == [b.pid()]
+    });
+
+    // A new reader: try_read fails at once, naming B; a bounded one times out.
+    let err = lk.try_read().expect_err("B waits: no new reader");
+    assert_eq!(err.kind(), ErrorKind::WouldBlock);
+    assert_eq!(holder_pid(&err), Some(b.pid()), "{err}");
+    let r = d.call("read_for 200");
+    assert!(
+        r.starts_with(&format!("err TimedOut holder={}", b.pid())),
+        "{r}"
+    );
+    // A blocking reader C waits behind B.
+    c.send("read");
+    assert_eq!(c.reply_within(Duration::from_millis(100)), None);
+
+    a.ok("release");
+    let got = b.reply();
+    assert!(got.starts_with("ok write"), "{got}");
+    // B is inside: C still waits.
+    assert_eq!(c.reply_within(Duration::from_millis(100)), None);
+    assert!(!entered(&log).contains(&"C".to_string()));
+    b.ok("release");
+    assert_eq!(c.reply(), "ok read 0");
+
+    let ev = events(&log);
+    assert!(
+        position(&ev, "A exit") < position(&ev, "B enter"),
+        "{ev:#?}"
+    );
+    assert!(
+        position(&ev, "B exit") < position(&ev, "C enter"),
+        "{ev:#?}"
+    );
+    assert_eq!(entered(&log), ["A", "B", "C"]);
+    for ch in [a, b, c, d] {
+        ch.finish();
+    }
+    common::assert_only_token(dir.path());
+}
+
+/// The same while the writer is still only queued (another writer holds): a reader
+/// that arrives after the queued writer's pending file exists enters after it.
+#[test]
+fn queued_writer_blocks_new_readers() {
+    let dir = tempdir();
+    let log = dir.path().join("events.log");
+    let lk = lock(dir.path());
+    let mut h = logged("H", dir.path(), &log);
+    let mut b = logged("B", dir.path(), &log);
+    let mut c = logged("C", dir.path(), &log);
+
+    h.ok("write");
+    b.send("write");
+    wait_until("B is queued", dir.path(), || {
+        common::pending_pids(&lk) == [b.pid()]
+    });
+    c.send("read");
+    let err = lk.try_read().expect_err("held and queued");
+    assert_eq!(err.kind(), ErrorKind::WouldBlock);
+
+    h.ok("release");
+    assert!(b.reply().starts_with("ok write"));
+    assert_eq!(c.reply_within(Duration::from_millis(100)), None);
+    b.ok("release");
+    assert_eq!(c.reply(), "ok read 0");
+    assert_eq!(entered(&log), ["H", "B", "C"]);
+    for ch in [h, b, c] {
+        ch.finish();
+    }
+    common::assert_only_token(dir.path());
+}
+
+/// Lets the writers in one by one and returns the order in which they entered. `base`
+/// is the number of `enter` events logged before the writers could enter.
+fn drain_in_order(dir: &Path, log: &Path, base: usize, writers: &mut [Child]) -> Vec<String> {
+    let mut order = Vec::new();
+    for k in 0..writers.len() {
+        wait_until(&format!("writer #{k} enters"), dir, || {
+            entered(log).len() > base + order.len()
+        });
+        let all = entered(log);
+        let who = all.last().expect("an enter").clone();
+        order.push(who.clone());
+        let w = writers
+            .iter_mut()
+            .find(|w| w.name == who)
+            .expect("a writer entered");
+        assert!(w.reply().starts_with("ok write"));
+        w.ok("release");
+    }
+    order
+}
+
+/// Writers queued in a known order while a reader holds (the first of them already
+/// owns `.master_lock` and waits for the reader to drain) enter in that order.
+#[test]
+fn writers_enter_in_fifo_order_behind_a_reader() {
+    let dir = tempdir();
+    let log = dir.path().join("events.log");
+    let lk = lock(dir.path());
+    let mut r = logged("R", dir.path(), &log);
+    r.ok("read");
+    let mut ws: Vec<Child> = (1..=3)
+        .map(|i| logged(&format!("W{i}"), dir.path(), &log))
+        .collect();
+    let mut expect = Vec::new();
+    for w in &mut ws {
+        w.send("write");
+        expect.push(w.pid());
+        wait_until(&format!("{} is queued", w.name), dir.path(), || {
+            common::writer_pids(&lk) == expect
+        });
+    }
+    // A reader arriving now waits for all three.
+    let mut late = logged("L", dir.path(), &log);
+    late.send("read");
+    let base = entered(&log).len();
+    r.ok("release");
+    let order = drain_in_order(dir.path(), &log, base, &mut ws);
+    assert_eq!(order, ["W1", "W2", "W3"]);
+    assert_eq!(late.reply(), "ok read 0");
+    assert_eq!(entered(&log), ["R", "W1", "W2", "W3", "L"]);
+    let tokens: Vec<u64> = events(&log)
+        .iter()
+        .filter_map(|l| common::parse_event(l).2)
+        .filter(|&t| t > 0)
+        .collect();
+    assert!(tokens.windows(2).all(|p| p[0] < p[1]), "{tokens:?}");
+    late.finish();
+    r.finish();
+    for w in ws {
+        w.finish();
+    }
+    common::assert_only_token(dir.path());
+}
+
+/// Five writers queued behind a writer (all of them pending files) enter in order.
+#[test]
+fn writers_enter_in_fifo_order_behind_a_writer() {
+    let dir = tempdir();
+    let log = dir.path().join("events.log");
+    let lk = lock(dir.path());
+    let g = lk.write().expect("write");
+    let mut ws: Vec<Child> = (1..=5)
+        .map(|i| logged(&format!("W{i}"), dir.path(), &log))
+        .collect();
+    let mut expect = Vec::new();
+    for w in &mut ws {
+        w.send("write");
+        expect.push(w.pid());
+        wait_until(&format!("{} is queued", w.name), dir.path(), || {
+            common::pending_pids(&lk) == expect
+        });
+    }
+    drop(g);
+    let order = drain_in_order(dir.path(), &log, 0, &mut ws);
+    assert_eq!(order, ["W1", "W2", "W3", "W4", "W5"]);
+    for w in ws {
+        w.finish();
+    }
+    common::assert_only_token(dir.path());
+}
