@@ -142,16 +142,8 @@ impl Dir {
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(err_file);
-        let mut child = cmd.cmd.spawn().expect("spawn rwdir");
-        let stdin = child.stdin.take();
-        Holder {
-            child,
-            stdin,
-            ready,
-            stderr,
-            line: cmd.line,
-            root: self.root().to_path_buf(),
-        }
+        let child = cmd.cmd.spawn().expect("spawn rwdir");
+        Holder::from_parts(child, ready, stderr, cmd.line, self.root())
     }
 }
 
@@ -272,6 +264,26 @@ pub struct Holder {
 }
 
 impl Holder {
+    /// A holder for a spawned rwdir whose COMMAND creates `ready`, with stderr in the
+    /// file `stderr`. Takes the child's stdin, if piped, to close it on release.
+    pub fn from_parts(
+        mut child: Child,
+        ready: PathBuf,
+        stderr: PathBuf,
+        line: String,
+        root: &Path,
+    ) -> Holder {
+        let stdin = child.stdin.take();
+        Holder {
+            child,
+            stdin,
+            ready,
+            stderr,
+            line,
+            root: root.to_path_buf(),
+        }
+    }
+
     /// rwdir's pid (the one in its holder record).
     pub fn pid(&self) -> u32 {
         self.child.id()
