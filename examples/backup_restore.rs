@@ -712,7 +712,7 @@ mod parent {
         fn progress(&self, t: Duration, running: usize, lock: bool) -> String {
             let grants = if lock {
                 format!(
-                    "grants {:>5} ({} read, {} write)",
+                    "grants {:>4} ({} r, {} w)",
                     self.reads() + self.restores,
                     self.reads(),
                     self.restores
@@ -722,21 +722,21 @@ mod parent {
             };
             let waits = if lock {
                 format!(
-                    " | waits: read avg {} max {}, write max {}",
-                    ms(self.read_wait_sum / self.reads().max(1)),
-                    ms(self.read_wait_max),
-                    ms(self.restore_wait_max)
+                    " | waits: read avg {} max {}, write max {} ms",
+                    self.read_wait_sum / self.reads().max(1) / 1000,
+                    self.read_wait_max / 1000,
+                    self.restore_wait_max / 1000
                 )
             } else {
                 String::new()
             };
             format!(
-                "{:>3.0}s | {grants} | restores {:>3} (now v{}) | reads verified {:>5} | \
+                "{:>3.0}s | {grants} | restores {:>3} (v{}) | reads verified {:>4} | \
                  torn {:>3}{waits} | readers {running} up{}",
                 t.as_secs_f64(),
                 self.restores,
                 self.version,
-                self.reads_ok,
+                self.reads(),
                 self.torn,
                 if self.killed.is_some() {
                     ", 1 killed"
@@ -949,18 +949,20 @@ mod parent {
             s.reads(),
             s.verify_sum / reads / 1000
         );
-        println!("  torn reads      {}", s.torn);
+        println!("  torn reads      {} of {}", s.torn, s.reads());
         if let Some(t) = &s.first_torn {
             println!("    first: {t}");
         }
-        println!(
-            "  read waits      {} of {} reads waited >= 1 ms; avg {}, max {}",
-            s.read_waited,
-            s.reads(),
-            ms(s.read_wait_sum / reads),
-            ms(s.read_wait_max)
-        );
-        println!("  restore waits   max {}", ms(s.restore_wait_max));
+        if lock {
+            println!(
+                "  read waits      {} of {} reads waited >= 1 ms; avg {}, max {}",
+                s.read_waited,
+                s.reads(),
+                ms(s.read_wait_sum / reads),
+                ms(s.read_wait_max)
+            );
+            println!("  restore waits   max {}", ms(s.restore_wait_max));
+        }
         match (s.killed, s.resumed_after_kill) {
             (Some((pid, _)), Some(_)) if !lock => println!(
                 "  SIGKILL         reader pid {pid} killed (nothing to recover without a lock)"
