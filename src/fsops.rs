@@ -370,8 +370,10 @@ impl StateDir {
                     Mode::empty(),
                 ) {
                     Ok(fd) => {
-                        let (h, _, _) = read_fd(&fd, !self.is_remote())
-                            .at("read lock file", || self.path_of(name))?;
+                        let h = self
+                            .read_open(&fd)
+                            .at("read lock file", || self.path_of(name))?
+                            .and_then(|(h, _, _)| h);
                         if h.is_some_and(|h| h.nonce == holder.nonce) {
                             Ok(Some(Created { fd }))
                         } else {
@@ -422,15 +424,17 @@ impl StateDir {
                 | OFlag::O_NOCTTY,
             Mode::empty(),
         ) {
-            Ok(fd) => {
-                let (holder, mtime, regular) =
-                    read_fd(&fd, !self.is_remote()).at("read lock file", || self.path_of(name))?;
-                Ok(Found::File {
+            Ok(fd) => match self
+                .read_open(&fd)
+                .at("read lock file", || self.path_of(name))?
+            {
+                Some((holder, mtime, regular)) => Ok(Found::File {
                     holder,
                     mtime,
                     regular,
-                })
-            }
+                }),
+                None => Ok(Found::Gone),
+            },
             Err(Errno::ENOENT) => Ok(Found::Gone),
             // A symlink (ELOOP), an unreadable file (EACCES), a socket (ENXIO) ...:
             // malformed, judged by its own mtime.
@@ -511,8 +515,10 @@ impl StateDir {
                 Mode::empty(),
             ) {
                 Ok(fd) => {
-                    let (h, _, _) = read_fd(&fd, !self.is_remote())
-                        .at("read lock file", || self.path_of(name))?;
+                    let h = self
+                        .read_open(&fd)
+                        .at("read lock file", || self.path_of(name))?
+                        .and_then(|(h, _, _)| h);
                     Ok(h.is_some_and(|h| h.nonce == nonce))
                 }
                 Err(Errno::ENOENT) => Ok(false),
@@ -527,6 +533,49 @@ impl StateDir {
             Ok(st) => Ok(st.st_dev == own.st_dev && st.st_ino == own.st_ino),
             Err(Errno::ENOENT) => Ok(false),
             Err(e) => Err(e).at("inspect lock file", || self.path_of(name)),
+        }
+    }
+
+    /// Reads the record of a lock file we just opened. `Ok(None)`: it vanished after the
+    /// open (on a remote filesystem only).
+    ///
+    /// On a remote filesystem two things differ from a local one (RIG.md, PROTOCOL.md §10):
+    ///
+    /// - `fstat` may be answered by path rather than through the open file: sshfs then
+    ///   says `ENOENT`, NFS `ESTALE`, when another host removed the file after our
+    ///   `open`. That is "gone", not an error.
+    /// - A record can read **cut short** for about 1 s after another host replaced the
+    ///   file with a longer one: the client keeps the old size in its attribute cache
+    ///   (measured on sshfs: every time the reader had read the previous file at that
+    ///   name within 1 s, with `cache=no` too). A record that does not parse is
+    ///   therefore read once more, with `O_DIRECT`, which bypasses the client's caches;
+    ///   where `O_DIRECT` is refused, after the attribute cache has expired
+    ///   ([`REREAD_DELAY`]). Only what still does not parse counts as malformed.
+    fn read_open(&self, fd: &OwnedFd) -> std::io::Result<Option<Record>> {
+        if !self.is_remote() {
+            return read_fd(fd, true).map(Some);
+        }
+        let vanished = |e: &std::io::Error| matches!(e.raw_os_error(), Some(c) if c == Errno::ENOENT as i32 || c == Errno::ESTALE as i32);
+        let first = match read_fd(fd, false) {
+            Ok(r) => r,
+            Err(e) if vanished(&e) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        if first.0.is_some() || !first.2 {
+            return Ok(Some(first));
+        }
+        match reread_direct(fd) {
+            Ok(Some(holder)) => return Ok(Some((holder, first.1, first.2))),
+            Ok(None) => {}
+            Err(e) if vanished(&e) => return Ok(None),
+            Err(e) => return Err(e),
+        }
+        std::thread::sleep(REREAD_DELAY);
+        nix::unistd::lseek(fd, 0, nix::unistd::Whence::SeekSet)?;
+        match read_fd(fd, false) {
+            Ok(r) => Ok(Some(r)),
+            Err(e) if vanished(&e) => Ok(None),
+            Err(e) => Err(e),
         }
     }
 
@@ -610,4 +659,81 @@ fn read_fd(fd: &OwnedFd, exact_size: bool) -> std::io::Result<(Option<Holder>, S
         }
     }
     Ok((Holder::parse(&buf[..len]), mtime, true))
+}
+
+/// What reading one lock file gives: the record (`None`: malformed), the mtime, and
+/// whether it is a regular file.
+type Record = (Option<Holder>, SystemTime, bool);
+
+/// How long to wait before reading a record again that may have been cut short by a
+/// remote client's attribute cache, where `O_DIRECT` is refused: a little more than
+/// FUSE's attribute timeout (1 s; sshfs).
+pub(crate) const REREAD_DELAY: Duration = Duration::from_millis(1100);
+
+/// Reads a record again from offset 0 with `O_DIRECT` (switched on for this descriptor
+/// only while reading), which makes the client ask the server for the data rather than
+/// trust its cached file size. `Ok(None)` if the filesystem refuses `O_DIRECT`.
+fn reread_direct(fd: &OwnedFd) -> std::io::Result<Option<Option<Holder>>> {
+    use nix::fcntl::{FcntlArg, fcntl};
+    const ALIGN: usize = 4096;
+    const LEN: usize = 2 * ALIGN; // a multiple of the alignment, more than MAX_RECORD
+    let flags = OFlag::from_bits_truncate(fcntl(fd, FcntlArg::F_GETFL)?);
+    if fcntl(fd, FcntlArg::F_SETFL(flags | OFlag::O_DIRECT)).is_err() {
+        return Ok(None);
+    }
+    // An aligned buffer without unsafe code: over-allocate, then start at the boundary.
+    let mut raw = vec![0u8; LEN + ALIGN];
+    let start = raw.as_ptr().align_offset(ALIGN).min(ALIGN);
+    let buf = &mut raw[start..start + LEN];
+    let read = nix::unistd::lseek(fd, 0, nix::unistd::Whence::SeekSet).and_then(|_| {
+        loop {
+            match nix::unistd::read(fd, buf) {
+                Err(Errno::EINTR) => continue,
+                r => break r,
+            }
+        }
+    });
+    let _ = fcntl(fd, FcntlArg::F_SETFL(flags));
+    match read {
+        Ok(n) => Ok(Some(Holder::parse(&buf[..n]))),
+        Err(Errno::EINVAL) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::holder::Kind;
+
+    #[test]
+    fn reread_direct_reads_the_whole_record_or_declines() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("record");
+        let holder = Holder {
+            kind: Kind::Write,
+            host: "h".into(),
+            boot_id: "b".into(),
+            pidns: 1,
+            pid: 2,
+            start: 3,
+            pgid: 0,
+            nonce: Uuid::new_v4(),
+            since_ns: 4,
+            lease_ms: 5,
+        };
+        std::fs::write(&path, holder.format()).expect("write record");
+        let fd: OwnedFd = std::fs::File::open(&path).expect("open").into();
+        // Read to EOF first, as `read_open` does: the re-read starts again at offset 0.
+        let (first, _, _) = read_fd(&fd, false).expect("read");
+        assert_eq!(first.as_ref(), Some(&holder));
+        match reread_direct(&fd).expect("reread") {
+            // tmpfs and a few others refuse O_DIRECT: the caller waits and reads again.
+            None => {}
+            Some(again) => assert_eq!(again, Some(holder)),
+        }
+        // The descriptor is left without O_DIRECT.
+        let flags = nix::fcntl::fcntl(&fd, nix::fcntl::FcntlArg::F_GETFL).expect("getfl");
+        assert!(!OFlag::from_bits_truncate(flags).contains(OFlag::O_DIRECT));
+    }
 }
