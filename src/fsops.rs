@@ -476,7 +476,7 @@ impl StateDir {
                 liveness: liveness::judge(
                     holder.as_ref(),
                     mtime,
-                    SystemTime::now(),
+                    self.judge_now(),
                     malformed_lease,
                 ),
             },
@@ -579,6 +579,20 @@ impl StateDir {
         }
     }
 
+    /// The "now" against which the age of a lock file's mtime is judged. On a remote
+    /// filesystem an mtime reads up to 1 s earlier than the heartbeat that set it (SFTP
+    /// v3, which sshfs speaks, carries whole seconds; so do some NFS servers), so "now"
+    /// is taken [`MTIME_GRANULARITY`] earlier there: a holder on another host is judged
+    /// dead only once its lease plus that second has passed since its last heartbeat.
+    pub(crate) fn judge_now(&self) -> SystemTime {
+        let now = SystemTime::now();
+        if self.is_remote() {
+            now.checked_sub(MTIME_GRANULARITY).unwrap_or(now)
+        } else {
+            now
+        }
+    }
+
     /// The open state directory.
     pub(crate) fn fd(&self) -> &OwnedFd {
         &self.fd
@@ -660,6 +674,9 @@ fn read_fd(fd: &OwnedFd, exact_size: bool) -> std::io::Result<(Option<Holder>, S
     }
     Ok((Holder::parse(&buf[..len]), mtime, true))
 }
+
+/// The coarsest mtime resolution expected on a remote filesystem (sshfs: 1 s).
+pub(crate) const MTIME_GRANULARITY: Duration = Duration::from_secs(1);
 
 /// What reading one lock file gives: the record (`None`: malformed), the mtime, and
 /// whether it is a regular file.

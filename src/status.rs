@@ -107,7 +107,7 @@ pub(crate) fn entry(sd: &StateDir, cfg: &Config, name: &LockName) -> Result<Opti
     else {
         return Ok(None);
     };
-    let liveness = liveness::judge(holder.as_ref(), mtime, SystemTime::now(), cfg.lease);
+    let liveness = liveness::judge(holder.as_ref(), mtime, sd.judge_now(), cfg.lease);
     let kind = match name {
         LockName::Master => Kind::Write,
         LockName::Pending { .. } => Kind::Pending,
