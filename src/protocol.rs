@@ -240,7 +240,15 @@ pub(crate) fn write(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<(
         for s in &l.slaves {
             live |= sd.unlink_if_dead(s, cfg.lease).map_err(undo)?.is_live();
         }
-        if live && at.sleep().is_err() {
+        // Every listed reader is gone or was dead and removed: drained. This listing was
+        // made after our `.master_lock` existed, so a reader missing from it announced
+        // itself later and its decisive R3 listing sees `.master_lock`: it withdraws. Not
+        // listing again matters on a remote filesystem, whose listing can show departed
+        // readers for ~20 s (RIG.md) and would keep us spinning.
+        if !live {
+            break;
+        }
+        if at.sleep().is_err() {
             let _ = sd.unlink(&LockName::Master);
             return Err(at.give_up());
         }
@@ -290,13 +298,18 @@ fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<Own> {
                     break_master(at)?;
                     continue;
                 }
-                Judged::Gone => continue,
-                _ => {}
+                // Listed, but `open` finds it gone: count it as absent. On a remote
+                // filesystem the listing can be ~20 s stale while `open` asks the server
+                // (RIG.md); looping on the listing would spin for that long. The
+                // exclusive `put` below stays the only gate.
+                Judged::Gone => {}
+                _ => {
+                    if at.sleep().is_err() {
+                        return Err(at.give_up());
+                    }
+                    continue;
+                }
             }
-            if at.sleep().is_err() {
-                return Err(at.give_up());
-            }
-            continue;
         }
         if older_live {
             if at.sleep().is_err() {
