@@ -16,6 +16,7 @@
 #   BACKUP is a file:       empty DIR/data, then tar -xpf BACKUP -C DIR/data
 #                           (GNU tar and bsdtar detect the compression by themselves)
 #   RESTORE_WITH=rsync|cp   forces the method for a directory.
+#   rsync skips files whose size and mtime match (add --checksum if that is not enough).
 #
 # The copy goes into DIR/data, never into DIR itself: `rsync --delete` into DIR would
 # delete DIR/.rwdir, the lock files, including ours (rwdir then reports the lock lost,
