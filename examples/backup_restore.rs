@@ -14,13 +14,15 @@
 //! - 4 reader processes loop: take a read lock on `DIR`, read the manifest and every
 //!   file, and check that each file's checksum is the one the manifest names — that is,
 //!   that they see exactly one complete snapshot;
-//! - 1 restore process loops: take the write lock on `DIR`, copy the next snapshot over
-//!   `DIR/data` file by file (each file truncated and rewritten in place), the manifest
-//!   last, release, and pause a little before the next restore;
-//! - halfway through, reader 0 takes its read lock and stops there; when it reports
-//!   that it holds the lock, it is killed with `SIGKILL`. The restore waiting behind it
-//!   goes on at once: on the same host a dead holder is recognised exactly (pid and
-//!   process start time), and its lock file is removed by the next contender.
+//! - 1 restore process loops: take the write lock on `DIR`, unpack the next snapshot
+//!   over `DIR/data` file by file (each file rewritten in place, as `tar -x` does), the
+//!   manifest last, release, and pause a little before the next restore;
+//! - halfway through, reader 0 takes its read lock and stops there; once it reports
+//!   that it holds the lock and the lock's status shows the restore queued behind it,
+//!   it is killed with `SIGKILL`. The restore goes on at its next look (within the
+//!   polling back-off, 100 ms at most by default): on the same host a dead holder is
+//!   recognised exactly (pid and process start time), and its lock file is removed by
+//!   the next contender.
 //!
 //! With `--no-lock` the same processes run without taking any lock, and the readers
 //! report the torn states they see (files of two versions, or a half-written file).
@@ -518,12 +520,11 @@ mod worker {
 mod parent {
     use super::*;
 
-    /// Sets up `root` (snapshots and data); refuses a non-empty directory it did not
-    /// set up before.
-    fn prepare(root: &Path, given: bool) -> Res<()> {
+    /// Makes `root`; refuses a given directory that is not empty and was not set up
+    /// by this example before.
+    fn claim(root: &Path, given: bool) -> Res<()> {
         fs::create_dir_all(root).at("create directory", root)?;
-        let marker = root.join(MARKER);
-        if given && !marker.exists() {
+        if given && !root.join(MARKER).exists() {
             let mut entries = fs::read_dir(root).at("list directory", root)?;
             if entries.next().is_some() {
                 return Err(format!(
@@ -533,6 +534,12 @@ mod parent {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// Writes the snapshots and unpacks v1 into `root/data`.
+    fn prepare(root: &Path) -> Res<()> {
+        let marker = root.join(MARKER);
         fs::write(&marker, "set up by `cargo run --example backup_restore`\n")
             .at("write", &marker)?;
         let snapshots = root.join("snapshots");
@@ -760,6 +767,7 @@ mod parent {
             }
         };
         let lock = opts.lock;
+        claim(&root, opts.dir.is_some())?;
         println!(
             "backup_restore: {} files x {VERSIONS} snapshots in `{}`, {READERS} readers, \
              1 restorer, {} s, lock {}",
@@ -769,7 +777,7 @@ mod parent {
             if lock { "ON" } else { "OFF (--no-lock)" }
         );
         let t = Instant::now();
-        prepare(&root, opts.dir.is_some())?;
+        prepare(&root)?;
         println!(
             "set up in {:.1} s: DIR/snapshots/v1..v{VERSIONS}.snap, DIR/data (v1); starting",
             t.elapsed().as_secs_f64()
