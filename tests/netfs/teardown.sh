@@ -43,7 +43,7 @@ if [ -f "$STATE"/netns_made ]; then
     ip netns list 2>/dev/null | grep -qw "^$ns" && ip netns del "$ns"
   done
   for v in rnfa0 rnfb0 rnfc0; do
-    ip link show "$v" >/dev/null 2>&1 && ip link del "$v"
+    ip link show "$v" >/dev/null 2>&1 && { ip link del "$v" 2>/dev/null || true; }
   done
 fi
 
