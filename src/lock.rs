@@ -15,9 +15,14 @@ use crate::wait::Deadline;
 
 /// Default lease: how long a holder on another host counts as alive without a heartbeat.
 ///
-/// Chosen so that `lease > heartbeat (lease/3 = 15 s) + cache window (21 s measured on
-/// sshfs) + clock skew and mtime granularity (a few s)`. On the same host the lease
-/// plays no role: death is checked exactly.
+/// A lease must satisfy `lease > heartbeat + cache window + clock skew + 1 s` (the
+/// second is the mtime resolution of sshfs and some NFS servers). The heartbeat runs
+/// every lease/3, so this is `lease > 1.5 × (cache window + clock skew + 1 s)`. The cache
+/// window is how stale another host's view of a lock file can be: about 21 s on sshfs,
+/// up to 60 s on NFS with default options. 45 s covers sshfs with up to 8 s of clock
+/// skew. NFS needs `actimeo=0` or a lease of about 95 s (see
+/// `docs/network-filesystems.md`). On the same host the lease plays no role: death is
+/// checked exactly.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(45);
 /// Default shortest pause between two looks while waiting.
 pub const DEFAULT_MIN_POLL: Duration = Duration::from_millis(1);
