@@ -69,6 +69,7 @@ command -v ssh >/dev/null 2>&1 || need_pkgs+=(openssh-client)
 command -v ssh-keygen >/dev/null 2>&1 || need_pkgs+=(openssh-client)
 command -v sshfs >/dev/null 2>&1 || need_pkgs+=(sshfs)
 command -v fusermount3 >/dev/null 2>&1 || need_pkgs+=(fuse3)
+{ command -v ip && command -v ss; } >/dev/null 2>&1 || need_pkgs+=(iproute2)
 if [ "${#need_pkgs[@]}" -gt 0 ]; then
   log "installing: ${need_pkgs[*]}"
   export DEBIAN_FRONTEND=noninteractive
