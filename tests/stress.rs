@@ -37,7 +37,7 @@ fn five_second_stress_has_no_violation() {
     let dir = tempfile::tempdir().expect("tempdir");
     let opts = stress::Options {
         readers: 4,
-        writers: 2,
+        writers: 3,
         duration: Duration::from_secs(5),
         dir: dir.path().to_path_buf(),
     };
