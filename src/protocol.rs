@@ -330,7 +330,18 @@ fn allocate_token(at: &Attempt<'_>) -> Result<u64> {
     loop {
         // T1
         let n = sd.list()?.tokens.last().copied().unwrap_or(0);
-        let next = n.saturating_add(1);
+        // `.token-18446744073709551615` is never reached by counting (someone planted
+        // it): there is no next token, and T2 would find the name taken for ever.
+        let Some(next) = n.checked_add(1) else {
+            return Err(Error::Io {
+                action: "allocate a fencing token after",
+                path: sd.path_of(&LockName::Token(n)),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "fencing tokens are exhausted",
+                ),
+            });
+        };
         // T2
         if at.put(LockName::Token(next), Kind::Token)?.is_some() {
             return Ok(next);
