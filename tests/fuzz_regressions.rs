@@ -1,6 +1,7 @@
 //! Every input the fuzz targets (`fuzz/`, see FUZZING.md) ever failed on, replayed
-//! through the same checks (`rwdir::fuzzing`). Library bugs first, then the cases where
-//! the harness itself was wrong, so that its oracles stay right.
+//! through the same checks (`rwdir::fuzzing`). Library bugs first (each also through the
+//! public API), then the cases where the harness itself was wrong, so that its oracles
+//! stay right.
 
 use std::sync::mpsc;
 use std::time::Duration;
@@ -98,6 +99,62 @@ fn max_token_error_names_the_file() {
         [".token-18446744073709551615"],
         "the writer undid its files"
     );
+}
+
+/// dir_scan, crash-fceebdd29cacd3ddb2b80d151fc1ffbcdbfe3be1 (reduced): an expired
+/// malformed `.master_lock` and a `.break-*` whose holder (another host) is within its
+/// lease. `cleanup` waited 20 polls for that breaker and then returned
+/// `Error::TimedOut`; it now leaves the file to that breaker and succeeds.
+#[test]
+fn cleanup_leaves_a_busy_master_to_its_breaker() {
+    let mut breaker = record(Place::OtherBoot, Who::MeReborn(1));
+    breaker.lease_ms = u64::MAX;
+    scan(ScanInput {
+        state: StateSpec::Dir,
+        entries: vec![
+            entry(
+                NameSpec::Lock(NameFields::Master),
+                NodeSpec::File(ContentSpec::Bytes(b"garbage".to_vec())),
+                MtimeSpec::Old,
+            ),
+            entry(
+                NameSpec::Lock(NameFields::Break {
+                    ns: 1,
+                    uuid: 0x0a1b_2c3d_0000_4000_8000_0000_0000_0001,
+                }),
+                NodeSpec::File(ContentSpec::Record(breaker)),
+                MtimeSpec::Fresh,
+            ),
+        ],
+        ops: vec![Op::Cleanup, Op::Plan { all: false }, Op::Cleanup],
+    });
+}
+
+/// The same, straight through the public API.
+#[test]
+fn cleanup_with_a_live_breaker_succeeds() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let lock = rwdir::DirLock::builder(dir.path())
+        .lease(Duration::from_secs(1))
+        .poll_interval(Duration::from_millis(1), Duration::from_millis(1))
+        .build()
+        .expect("lock");
+    drop(lock.try_read().expect("make the state directory"));
+    let state = dir.path().join(".rwdir");
+    let master = state.join(".master_lock");
+    std::fs::write(&master, b"garbage").expect("plant .master_lock");
+    let old = std::time::SystemTime::now() - Duration::from_secs(3600);
+    std::fs::File::options()
+        .write(true)
+        .open(&master)
+        .and_then(|f| f.set_modified(old))
+        .expect("age .master_lock");
+    // A breaker at work: malformed (being written), fresh, so within the lease.
+    let marker = state.join(".break-1-0a1b2c3d-0000-4000-8000-000000000001");
+    std::fs::write(&marker, b"").expect("plant the breaker");
+    let removed = lock.cleanup().expect("cleanup succeeds");
+    assert!(removed.is_empty(), "{removed:?}");
+    assert!(master.exists() && marker.exists());
 }
 
 /// Harness: a `try_write` that gives up after taking its token (here behind our own
