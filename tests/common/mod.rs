@@ -15,7 +15,7 @@ use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
@@ -226,12 +226,6 @@ pub fn plant(path: &Path, content: &[u8]) {
         .open(path)
         .unwrap_or_else(|e| panic!("create {}: {e}", path.display()));
     f.write_all(content).expect("write planted file");
-}
-
-/// A file's `(dev, ino)`, without following a symlink.
-pub fn inode(path: &Path) -> (u64, u64) {
-    let m = fs::symlink_metadata(path).expect("stat");
-    (m.dev(), m.ino())
 }
 
 // ---------------------------------------------------------------------------------
