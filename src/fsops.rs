@@ -437,12 +437,13 @@ impl StateDir {
             },
             Err(Errno::ENOENT) => Ok(Found::Gone),
             // A symlink (ELOOP), an unreadable file (EACCES), a socket (ENXIO) ...:
-            // malformed, judged by its own mtime.
+            // malformed, judged by its own mtime. An unreadable file may still be a
+            // regular one, which `cleanup` removes once it has expired (C1).
             Err(_) => match fstatat(&self.fd, target.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
                 Ok(st) => Ok(Found::File {
                     holder: None,
                     mtime: mtime_of(&st),
-                    regular: false,
+                    regular: file_type(&st) == SFlag::S_IFREG,
                 }),
                 Err(Errno::ENOENT) => Ok(Found::Gone),
                 Err(e) => Err(e).at("inspect lock file", || self.path_of(name)),
