@@ -228,9 +228,12 @@ pub(crate) fn write(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<(
                         .into(),
                 });
             }
-            // T4
+            // T4: housekeeping only (T1 and T3 look at the highest token), so a lower
+            // token that cannot be removed is left: another user's token in a sticky
+            // state directory, or a non-empty directory someone made at a token name,
+            // must not keep every later writer out.
             for &k in l.tokens.iter().filter(|&&k| k < token) {
-                sd.unlink(&LockName::Token(k)).map_err(undo)?;
+                let _ = sd.unlink(&LockName::Token(k));
             }
         }
         if l.slaves.is_empty() {
