@@ -212,6 +212,35 @@ fn waiting_more_than_a_second_is_said_once_and_quiet_silences_it() {
 }
 
 #[test]
+fn the_waiting_line_names_who_is_ahead() {
+    let t = Dir::new();
+    let r = t.hold("read", &[], "r");
+    // w1 takes `.master_lock` and waits for the reader; w2 queues behind w1.
+    let w1 = t.start_holder("write", &[], "w1");
+    util::wait_until(
+        || t.status()["writer"]["pid"] == w1.pid(),
+        || w1.report("w1 never became the writer\n"),
+    );
+    let w2 = t.start_holder("write", &[], "w2");
+    w1.wait_stderr("rwdir: waiting for write lock");
+    w2.wait_stderr("rwdir: waiting for write lock");
+    let (l1, l2) = (w1.stderr_text(), w2.stderr_text());
+    assert!(
+        l1.contains(&format!("held by reader pid {} on host", r.pid())),
+        "w1 waits for the reader, not for w2 behind it{}",
+        w1.report("")
+    );
+    assert!(
+        l2.contains(&format!("held by writer pid {} on host", w1.pid())),
+        "w2 waits for w1{}",
+        w2.report("")
+    );
+    r.release().expect_code(0);
+    w1.release().expect_code(0);
+    w2.release().expect_code(0);
+}
+
+#[test]
 fn a_short_wait_says_nothing() {
     let t = Dir::new();
     let w = t.hold("write", &[], "w");

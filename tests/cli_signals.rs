@@ -102,7 +102,12 @@ fn sigkill_of_rwdir_kills_command_and_the_lock_is_recovered_at_once() {
     for mode in ["write", "read"] {
         // COMMAND holds the write end of our stdout pipe: EOF means it is dead.
         let mut cmd = t.rwdir([mode, &t.d(), "sh", "-c", "echo ready; exec sleep 1000"]);
-        cmd.cmd.stdin(Stdio::null()).stdout(Stdio::piped());
+        // (stderr too: a COMMAND that outlived a failing test must not hold the test
+        // harness's stderr open.)
+        cmd.cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
         let mut child = cmd.cmd.spawn().expect("spawn");
         let out = lines(child.stdout.take().expect("stdout"));
         let first = out.recv_timeout(LONG);
@@ -112,10 +117,13 @@ fn sigkill_of_rwdir_kills_command_and_the_lock_is_recovered_at_once() {
             "COMMAND never started\n{}",
             t.listing()
         );
-        assert_eq!(
-            t.status()[if mode == "write" { "writer" } else { "readers" }].is_null(),
-            false
-        );
+        let st = t.status();
+        let holder = if mode == "write" {
+            st["writer"].clone()
+        } else {
+            st["readers"][0].clone()
+        };
+        assert_eq!(holder["pid"], child.id(), "{st}");
         child.kill().expect("SIGKILL rwdir");
         child.wait().expect("reap rwdir");
         // EOF: every holder of the pipe, COMMAND included, is gone.

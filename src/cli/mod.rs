@@ -158,8 +158,15 @@ pub(crate) fn report(err: &Error) {
         Error::Lost(_) => {}
         // `rwdir status | head -1`: not worth a word.
         Error::Output(e) if e.kind() == io::ErrorKind::BrokenPipe => {}
-        _ => eprintln!("rwdir: {}", message(err)),
+        _ => say(&message(err)),
     }
+}
+
+/// Prints `rwdir: LINE` on standard error. Unlike `eprintln!`, never panics: a closed
+/// stderr must not end the supervision of COMMAND.
+pub(crate) fn say(line: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(io::stderr().lock(), "rwdir: {line}");
 }
 
 /// Writes to standard output, turning failures into [`Error::Output`].

@@ -21,7 +21,7 @@ use rwdir::{DirLock, Entry, ReadGuard, Status, WriteGuard};
 
 use super::args::LockArgs;
 use super::exec::{Child, Prepared, Started};
-use super::{Error, code, message};
+use super::{Error, code, message, say};
 
 /// How often the lock is checked while COMMAND runs.
 const CHECK_EVERY: Duration = Duration::from_millis(500);
@@ -146,13 +146,13 @@ pub(crate) fn run(mode: Mode, args: &LockArgs, lease: Option<Duration>) -> Resul
             Ok(()) => Ok(ExitCode::from(status)),
             Err(e @ rwdir::Error::LockLost { .. }) => {
                 // Lost between the last check and COMMAND's exit.
-                eprintln!("rwdir: {}", message(&e));
+                say(&message(&e));
                 Err(Error::Lost(e))
             }
             Err(e) => {
                 // COMMAND ran under the lock; only removing its file failed. Other
                 // contenders recover the file once rwdir is gone.
-                eprintln!("rwdir: warning: {}", message(&e));
+                say(&format!("warning: {}", message(&e)));
                 Ok(ExitCode::from(status))
             }
         },
@@ -224,7 +224,7 @@ fn acquire(
                 });
             },
             recv(announce) -> _ => {
-                eprintln!("rwdir: {}", waiting_line(lock, mode, &args.dir));
+                say(&waiting_line(lock, mode, &args.dir));
                 announce = crossbeam_channel::never();
             },
         }
@@ -245,19 +245,24 @@ fn waiting_line(lock: &DirLock, mode: Mode, dir: &Path) -> String {
     )
 }
 
-/// Who is in the way of `me` taking a `mode` lock: a writer, else a queued writer ahead
-/// of us, else (for a writer) a reader. Dead holders are not in the way for long.
+/// Who is in the way of `me` taking a `mode` lock: another writer, else a queued writer
+/// ahead of us, else (for a writer) a reader. A writer that owns `.master_lock` only
+/// waits for readers. Dead holders are not in the way for long and are skipped.
 fn blocker(st: &Status, mode: Mode, me: u32) -> Option<&Entry> {
     let mine = |e: &Entry| e.holder.as_ref().is_some_and(|h| h.pid == me);
     let in_way = |e: &&Entry| !mine(e) && !e.liveness.is_dead();
+    let readers = || match mode {
+        Mode::Write => st.readers.iter().find(in_way),
+        Mode::Read => None,
+    };
+    if st.writer.as_ref().is_some_and(mine) {
+        return readers();
+    }
     st.writer
         .iter()
         .find(in_way)
         .or_else(|| st.pending.iter().take_while(|e| !mine(e)).find(in_way))
-        .or_else(|| match mode {
-            Mode::Write => st.readers.iter().find(in_way),
-            Mode::Read => None,
-        })
+        .or_else(readers)
 }
 
 /// Waits for COMMAND while forwarding signals and checking the lock. Returns COMMAND's
@@ -290,11 +295,11 @@ fn supervise(
             recv(tick) -> _ => match &lost {
                 None => {
                     if let Err(e) = guard.check() {
-                        eprintln!(
-                            "rwdir: {}; stopping COMMAND (SIGTERM now, SIGKILL in {} s)",
+                        say(&format!(
+                            "{}; stopping COMMAND (SIGTERM now, SIGKILL in {} s)",
                             message(&e),
                             KILL_AFTER.as_secs()
-                        );
+                        ));
                         signal_group(pgid, Signal::SIGTERM);
                         lost = Some((e, Instant::now() + KILL_AFTER));
                     }
