@@ -423,11 +423,16 @@ fn ratio_pass() -> Vec<Target> {
     for &loc in &locs {
         println!("### Acquire+release with unrelated files in DIR, at `{loc}` (µs per pair)\n");
         let mut head = vec!["case".to_string()];
-        head.extend(
-            FILE_COUNTS
-                .iter()
-                .map(|n| format!("{} files", common::sig3(*n as f64))),
-        );
+        head.extend(FILE_COUNTS.iter().map(|n| {
+            format!(
+                "{} files",
+                if *n == 0 {
+                    "0".to_string()
+                } else {
+                    common::sig3(*n as f64)
+                }
+            )
+        }));
         head.push("× (100,000 / 0)".into());
         let head: Vec<&str> = head.iter().map(String::as_str).collect();
         let mut t = Table::new(&head);
