@@ -35,6 +35,11 @@ const DIR_MODE: u32 = 0o777;
 #[derive(Debug)]
 pub(crate) struct StateDir {
     fd: OwnedFd,
+    /// The directory that holds the state directory (DIR), and the state directory's
+    /// name in it: to notice when the state directory is no longer there (renamed,
+    /// removed, replaced), which takes the lock away from everyone who holds one.
+    parent: OwnedFd,
+    leaf: std::ffi::OsString,
     path: PathBuf,
     kind: FsKind,
     /// `(st_dev, st_ino)` of the directory when it was opened.
@@ -172,6 +177,8 @@ impl StateDir {
                     let id = (st.st_dev as u64, st.st_ino as u64);
                     return Ok(Some(StateDir {
                         fd,
+                        parent: parent_fd,
+                        leaf: leaf.to_os_string(),
                         path,
                         kind,
                         id,
@@ -224,6 +231,18 @@ impl StateDir {
             #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
             Ok(st) => (st.st_dev as u64, st.st_ino as u64) == self.id && st.st_nlink > 0,
             Err(_) => false,
+        }
+    }
+
+    /// Whether the state directory is still where it was opened: DIR (which may have
+    /// been renamed) still has it under its name. If not (`mv DIR/.rwdir ...`, or a copy
+    /// put in its place), contenders that open `DIR/.rwdir` no longer see our files.
+    fn in_place(&self) -> Result<bool> {
+        match fstatat(&self.parent, self.leaf.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+            #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+            Ok(st) => Ok((st.st_dev as u64, st.st_ino as u64) == self.id),
+            Err(Errno::ENOENT | Errno::ENOTDIR) => Ok(false),
+            Err(e) => Err(e).at("inspect state directory", || self.path.clone()),
         }
     }
 
@@ -504,8 +523,9 @@ impl StateDir {
     }
 
     /// Whether our own file `name`, open as `fd`, is still ours: it has not been unlinked,
-    /// and the name still points at the same inode (local), or at a record with our nonce
-    /// (remote filesystems, where inode numbers and link counts are not reliable).
+    /// and the name still points at the same inode in the state directory that is still
+    /// in place (local), or at a record with our nonce (remote filesystems, where inode
+    /// numbers and link counts are not reliable).
     pub(crate) fn still_ours(&self, name: &LockName, fd: &OwnedFd, nonce: Uuid) -> Result<bool> {
         let target = name.to_string();
         if self.is_remote() {
@@ -527,7 +547,7 @@ impl StateDir {
             };
         }
         let own = fstat(fd).at("inspect lock file", || self.path_of(name))?;
-        if own.st_nlink == 0 {
+        if own.st_nlink == 0 || !self.in_place()? {
             return Ok(false);
         }
         match fstatat(&self.fd, target.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
