@@ -28,6 +28,27 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    /// A lock file (or the state directory) could not be created or removed for lack of
+    /// permission: several users share the directory, but it is not set up for that
+    /// (`docs/multi-user.md`). The message names whose file or directory is in the way
+    /// and what to do.
+    #[error("failed to {action} `{}`: {detail}", path.display())]
+    PermissionDenied {
+        /// What was being done, as a verb phrase ("remove lock file").
+        action: &'static str,
+        /// The path the operation was on.
+        path: PathBuf,
+        /// The owner of what is in the way: the lock file that could not be removed, or
+        /// the directory in which it could not be created.
+        uid: u32,
+        /// That owner's user name, if it has one here.
+        user: Option<String>,
+        /// Whose it is, and what to do about it.
+        detail: String,
+        /// The operating system's error (`EACCES` or `EPERM`).
+        #[source]
+        source: io::Error,
+    },
     /// The locked directory, or the state directory, is not a real directory
     /// (a file, a symlink, or something else).
     #[error("`{}` is not a directory ({found})", path.display())]
@@ -78,10 +99,10 @@ impl Error {
     ///
     /// `WouldBlock` and `TimedOut` map to the kinds of the same name, `NotADirectory` to
     /// [`io::ErrorKind::NotADirectory`], `LockLost` to [`io::ErrorKind::Other`], and
-    /// filesystem errors keep the operating system's kind.
+    /// filesystem errors (`PermissionDenied` too) keep the operating system's kind.
     pub fn kind(&self) -> io::ErrorKind {
         match self {
-            Error::Io { source, .. } => source.kind(),
+            Error::Io { source, .. } | Error::PermissionDenied { source, .. } => source.kind(),
             Error::NotADirectory { .. } => io::ErrorKind::NotADirectory,
             Error::WouldBlock { .. } => io::ErrorKind::WouldBlock,
             Error::TimedOut { .. } => io::ErrorKind::TimedOut,
@@ -94,6 +115,7 @@ impl Error {
     pub fn path(&self) -> &Path {
         match self {
             Error::Io { path, .. }
+            | Error::PermissionDenied { path, .. }
             | Error::NotADirectory { path, .. }
             | Error::LockLost { path, .. } => path,
             Error::WouldBlock { dir, .. } | Error::TimedOut { dir, .. } => dir,

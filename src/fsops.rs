@@ -189,7 +189,9 @@ impl StateDir {
                 Err(Errno::ENOENT) if create => {
                     match mkdirat(&parent_fd, leaf, Mode::from_bits_truncate(DIR_MODE)) {
                         Ok(()) | Err(Errno::EEXIST) => continue,
-                        Err(e) => return Err(e).at("create state directory", || path.clone()),
+                        Err(e) => {
+                            return Err(denied_create_state(e, &parent_fd, path));
+                        }
                     }
                 }
                 Err(Errno::ENOENT) => return Ok(None),
@@ -201,7 +203,19 @@ impl StateDir {
                     };
                     return Err(Error::NotADirectory { path, found });
                 }
-                Err(e) => return Err(e).at("open state directory", || path.clone()),
+                Err(e) => {
+                    let st = fstatat(&parent_fd, leaf, AtFlags::AT_SYMLINK_NOFOLLOW);
+                    return Err(denied("open state directory", path.clone(), e, st, |who| {
+                        format!(
+                            "this user may not open it: it belongs to {}; ask {} or an \
+                                 administrator to make it group-accessible and setgid \
+                                 (`chmod 2775`) for a group this user is in (see \
+                                 docs/multi-user.md)",
+                            who.describe(),
+                            who.ask()
+                        )
+                    }));
+                }
             }
         }
     }
@@ -238,7 +252,11 @@ impl StateDir {
     /// been renamed) still has it under its name. If not (`mv DIR/.rwdir ...`, or a copy
     /// put in its place), contenders that open `DIR/.rwdir` no longer see our files.
     fn in_place(&self) -> Result<bool> {
-        match fstatat(&self.parent, self.leaf.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+        match fstatat(
+            &self.parent,
+            self.leaf.as_os_str(),
+            AtFlags::AT_SYMLINK_NOFOLLOW,
+        ) {
             #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
             Ok(st) => Ok((st.st_dev as u64, st.st_ino as u64) == self.id),
             Err(Errno::ENOENT | Errno::ENOTDIR) => Ok(false),
@@ -314,7 +332,9 @@ impl StateDir {
             Err(Errno::EOPNOTSUPP | Errno::EISDIR | Errno::EINVAL | Errno::ENOSYS) => {
                 return Ok(None);
             }
-            Err(e) => return Err(e).at("create lock file", || self.path.join(target)),
+            Err(e) => {
+                return Err(self.denied_create("create lock file", self.path.join(target), e));
+            }
         };
         let mut file = std::fs::File::from(fd);
         file.write_all(content)
@@ -349,7 +369,7 @@ impl StateDir {
             OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
             Mode::from_bits_truncate(FILE_MODE),
         )
-        .at("create temporary file", || self.path.join(&tmp))?;
+        .map_err(|e| self.denied_create("create temporary file", self.path.join(&tmp), e))?;
         let mut file = std::fs::File::from(fd);
         let written = file.write_all(content);
         let linked = match written {
@@ -379,7 +399,7 @@ impl StateDir {
         match r {
             LinkResult::Linked(fd) => Ok(Some(Created { fd })),
             LinkResult::Exists if !self.is_remote() => Ok(None),
-            LinkResult::Failed(e, path) => Err(e).at("create lock file", || path),
+            LinkResult::Failed(e, path) => Err(self.denied_create("create lock file", path, e)),
             LinkResult::Exists | LinkResult::Perm => {
                 let target = name.to_string();
                 match openat(
@@ -421,7 +441,9 @@ impl StateDir {
         ) {
             Ok(fd) => fd,
             Err(Errno::EEXIST | Errno::EPERM) => return Ok(None),
-            Err(e) => return Err(e).at("create lock file", || self.path.join(target)),
+            Err(e) => {
+                return Err(self.denied_create("create lock file", self.path.join(target), e));
+            }
         };
         let mut file = std::fs::File::from(fd);
         file.write_all(holder.format().as_bytes())
@@ -481,10 +503,10 @@ impl StateDir {
                 match unlinkat(&self.fd, target.as_str(), UnlinkatFlags::RemoveDir) {
                     Ok(()) => Ok(true),
                     Err(Errno::ENOENT) => Ok(false),
-                    Err(e) => Err(e).at("remove directory at lock name", || self.path_of(name)),
+                    Err(e) => Err(self.denied_remove("remove directory at lock name", name, e)),
                 }
             }
-            Err(e) => Err(e).at("remove lock file", || self.path_of(name)),
+            Err(e) => Err(self.denied_remove("remove lock file", name, e)),
         }
     }
 
@@ -614,6 +636,44 @@ impl StateDir {
         }
     }
 
+    /// A lock file that could not be created in the state directory: for lack of
+    /// permission, names the directory's owner, group and mode, and what to do.
+    fn denied_create(&self, action: &'static str, path: PathBuf, e: Errno) -> Error {
+        denied(action, path, e, fstat(&self.fd), |who| {
+            format!(
+                "this user may not create files in `{}`, which belongs to {}; ask {} or an \
+                 administrator to make it group-writable and setgid (`chmod 2775`) for a \
+                 group this user is in (see docs/multi-user.md)",
+                self.path.display(),
+                who.describe(),
+                who.ask()
+            )
+        })
+    }
+
+    /// A lock file that could not be removed: for lack of permission (a state directory
+    /// without write access for this user, or with the sticky bit), names the file's
+    /// owner and what to do.
+    fn denied_remove(&self, action: &'static str, name: &LockName, e: Errno) -> Error {
+        let target = name.to_string();
+        let st = fstatat(&self.fd, target.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW);
+        denied(action, self.path_of(name), e, st, |who| {
+            let cleanup = match (self.leaf == STATE_DIR_NAME, self.path.parent()) {
+                (true, Some(dir)) => format!("run `rwdir cleanup {}`", dir.display()),
+                _ => "remove it".to_string(),
+            };
+            format!(
+                "it belongs to {}, and this user may not remove files of others from `{}`; \
+                 ask {} or an administrator to {cleanup}, or make `{}` group-writable, \
+                 setgid and not sticky (`chmod 2775`; see docs/multi-user.md)",
+                who.name(),
+                self.path.display(),
+                who.ask(),
+                self.path.display()
+            )
+        })
+    }
+
     /// The open state directory.
     pub(crate) fn fd(&self) -> &OwnedFd {
         &self.fd
@@ -650,6 +710,106 @@ impl Judged {
     pub(crate) fn is_live(&self) -> bool {
         matches!(self, Judged::File { liveness, .. } if !liveness.is_dead())
     }
+}
+
+/// The owner of a file or directory, for permission errors.
+struct Who {
+    uid: u32,
+    user: Option<String>,
+    group: String,
+    mode: u32,
+}
+
+impl Who {
+    fn of(st: &FileStat) -> Who {
+        use nix::unistd::{Gid, Group, Uid, User};
+        let gid = st.st_gid;
+        Who {
+            uid: st.st_uid,
+            user: User::from_uid(Uid::from_raw(st.st_uid))
+                .ok()
+                .flatten()
+                .map(|u| u.name),
+            group: Group::from_gid(Gid::from_raw(gid))
+                .ok()
+                .flatten()
+                .map_or_else(|| gid.to_string(), |g| g.name),
+            mode: st.st_mode & 0o7777,
+        }
+    }
+
+    /// `user alice (uid 1001)`.
+    fn name(&self) -> String {
+        match &self.user {
+            Some(u) => format!("user {u} (uid {})", self.uid),
+            None => format!("uid {}", self.uid),
+        }
+    }
+
+    /// `user alice (uid 1001), group staff, mode 2755`.
+    fn describe(&self) -> String {
+        format!(
+            "{}, group {}, mode {:04o}",
+            self.name(),
+            self.group,
+            self.mode
+        )
+    }
+
+    /// Whom to ask: `alice`, or `the user with uid 1001`.
+    fn ask(&self) -> String {
+        self.user
+            .clone()
+            .unwrap_or_else(|| format!("the user with uid {}", self.uid))
+    }
+}
+
+/// `EACCES` and `EPERM` as [`Error::PermissionDenied`], naming the owner of what is in
+/// the way (`owner`: its `lstat`) with `detail`; any other error, or an owner that
+/// cannot be inspected, as a plain [`Error::Io`].
+fn denied(
+    action: &'static str,
+    path: PathBuf,
+    e: Errno,
+    owner: nix::Result<FileStat>,
+    detail: impl FnOnce(&Who) -> String,
+) -> Error {
+    match (e, owner) {
+        (Errno::EACCES | Errno::EPERM, Ok(st)) => {
+            let who = Who::of(&st);
+            Error::PermissionDenied {
+                action,
+                path,
+                uid: who.uid,
+                detail: detail(&who),
+                user: who.user,
+                source: e.into(),
+            }
+        }
+        _ => Error::Io {
+            action,
+            path,
+            source: e.into(),
+        },
+    }
+}
+
+/// The state directory could not be made in DIR: for lack of permission, names DIR's
+/// owner and what to do.
+fn denied_create_state(e: Errno, parent: &OwnedFd, path: PathBuf) -> Error {
+    let shown = path.display().to_string();
+    let dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
+    denied("create state directory", path, e, fstat(parent), |who| {
+        format!(
+            "this user may not create it in `{}`, which belongs to {}; ask {} or an \
+             administrator to make it for the users who share the directory \
+             (`mkdir -m 2775 {shown}` and `chgrp` it to their group; see \
+             docs/multi-user.md)",
+            dir.display(),
+            who.describe(),
+            who.ask()
+        )
+    })
 }
 
 enum LinkResult {
