@@ -254,23 +254,28 @@ fn a_lost_lock_kills_a_command_that_ignores_sigterm_10_s_later() {
 /// Runs rwdir as the session leader of a new pseudo-terminal (like a shell's
 /// foreground job) and returns it with the master side.
 fn in_terminal(t: &Dir, args: &[&str]) -> (std::process::Child, fs::File, mpsc::Receiver<Vec<u8>>) {
+    session(t.rwdir(args).cmd)
+}
+
+/// Runs `cmd` as the session leader of a new pseudo-terminal, its controlling terminal.
+fn session(
+    mut cmd: std::process::Command,
+) -> (std::process::Child, fs::File, mpsc::Receiver<Vec<u8>>) {
     let pty = nix::pty::openpty(None, None).expect("openpty");
     let slave: OwnedFd = pty.slave;
-    let mut cmd = t.rwdir(args);
-    cmd.cmd
-        .stdin(slave.try_clone().expect("dup"))
+    cmd.stdin(slave.try_clone().expect("dup"))
         .stdout(slave.try_clone().expect("dup"))
         .stderr(slave);
     // SAFETY: setsid and ioctl are async-signal-safe; no allocation.
     unsafe {
-        cmd.cmd.pre_exec(|| {
+        cmd.pre_exec(|| {
             if nix::libc::setsid() < 0 || nix::libc::ioctl(0, nix::libc::TIOCSCTTY as _, 0) < 0 {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())
         });
     }
-    let child = cmd.cmd.spawn().expect("spawn rwdir in a terminal");
+    let child = cmd.spawn().expect("spawn in a terminal");
     drop(cmd);
     let master = fs::File::from(pty.master);
     let mut reader = master.try_clone().expect("dup master");
@@ -351,4 +356,69 @@ fn ctrl_c_in_the_terminal_reaches_command() {
     t.rwdir(["write", "--no-wait", &d, "true"])
         .run()
         .expect_code(0);
+}
+
+#[test]
+fn ctrl_z_and_fg_in_an_interactive_shell() {
+    let t = Dir::new();
+    let Ok(bash) = which("bash") else {
+        eprintln!("skipped: no bash on PATH");
+        return;
+    };
+    let mut cmd = std::process::Command::new(bash);
+    cmd.args(["--norc", "--noprofile", "-i"])
+        .current_dir(t.root())
+        .env("PS1", "PROMPT$ ")
+        .env("HISTFILE", "/dev/null")
+        .env("INPUTRC", "/dev/null")
+        .env("TERM", "dumb");
+    let (shell, mut master, rx) = session(cmd);
+    let mut shell = KillOnDrop(shell);
+    let mut seen = String::new();
+    expect_output(&rx, &mut seen, "PROMPT$ ");
+    let line = format!(
+        "{} write {} sh -c 'printf \"rea%s\\n\" dy; read x; echo got:$x'\n",
+        util::BIN,
+        t.d()
+    );
+    master.write_all(line.as_bytes()).expect("type");
+    // (The terminal echoes the command line, which says `rea%s`, not `ready`.)
+    expect_output(&rx, &mut seen, "ready");
+    // ^Z stops COMMAND; rwdir follows, so the shell gets the terminal back.
+    master.write_all(b"\x1a").expect("type ^Z");
+    expect_output(&rx, &mut seen, "Stopped");
+    // The lock stays held while the job is stopped.
+    t.rwdir(["read", "--no-wait", &t.d(), "true"])
+        .run()
+        .expect_code(75);
+    // fg: COMMAND gets the terminal back and reads from it.
+    master.write_all(b"fg\n").expect("type fg");
+    expect_output(&rx, &mut seen, "sh -c");
+    master.write_all(b"hello\n").expect("type");
+    expect_output(&rx, &mut seen, "got:hello");
+    master.write_all(b"echo rc=$?\n").expect("type");
+    expect_output(&rx, &mut seen, "rc=0");
+    master.write_all(b"exit\n").expect("type exit");
+    wait_bounded(&mut shell.0, &seen);
+    t.rwdir(["write", "--no-wait", &t.d(), "true"])
+        .run()
+        .expect_code(0);
+}
+
+/// Kills (SIGKILL) and reaps a child that a failing test leaves behind.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn which(name: &str) -> Result<std::path::PathBuf, ()> {
+    let path = std::env::var_os("PATH").ok_or(())?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .ok_or(())
 }
