@@ -361,19 +361,10 @@ fn ctrl_c_in_the_terminal_reaches_command() {
 #[test]
 fn ctrl_z_and_fg_in_an_interactive_shell() {
     let t = Dir::new();
-    let Ok(bash) = which("bash") else {
+    let Some((mut shell, mut master, rx)) = interactive_bash(&t) else {
         eprintln!("skipped: no bash on PATH");
         return;
     };
-    let mut cmd = std::process::Command::new(bash);
-    cmd.args(["--norc", "--noprofile", "-i"])
-        .current_dir(t.root())
-        .env("PS1", "PROMPT$ ")
-        .env("HISTFILE", "/dev/null")
-        .env("INPUTRC", "/dev/null")
-        .env("TERM", "dumb");
-    let (shell, mut master, rx) = session(cmd);
-    let mut shell = KillOnDrop(shell);
     let mut seen = String::new();
     expect_output(&rx, &mut seen, "PROMPT$ ");
     let line = format!(
@@ -403,6 +394,61 @@ fn ctrl_z_and_fg_in_an_interactive_shell() {
     t.rwdir(["write", "--no-wait", &t.d(), "true"])
         .run()
         .expect_code(0);
+}
+
+#[test]
+fn a_background_job_that_reads_the_terminal_runs_after_fg() {
+    let t = Dir::new();
+    let Some((mut shell, mut master, rx)) = interactive_bash(&t) else {
+        eprintln!("skipped: no bash on PATH");
+        return;
+    };
+    let mut seen = String::new();
+    expect_output(&rx, &mut seen, "PROMPT$ ");
+    // In the background, COMMAND's `read` gets SIGTTIN and stops; rwdir follows, so
+    // the shell reports the job stopped.
+    let line = format!(
+        "{} write {} sh -c 'read x; echo got:$x' &\n",
+        util::BIN,
+        t.d()
+    );
+    master.write_all(line.as_bytes()).expect("type");
+    util::wait_until(
+        || {
+            while let Ok(b) = rx.try_recv() {
+                seen.push_str(&String::from_utf8_lossy(&b));
+            }
+            if !seen.contains("Stopped") {
+                // bash reports a stopped job before its next prompt.
+                let _ = master.write_all(b"\n");
+            }
+            seen.contains("Stopped")
+        },
+        || "the job was never reported stopped".to_string(),
+    );
+    // fg: rwdir continues, hands COMMAND the terminal, and continues it.
+    master.write_all(b"fg\n").expect("type fg");
+    expect_output(&rx, &mut seen, "sh -c");
+    master.write_all(b"hello\n").expect("type");
+    expect_output(&rx, &mut seen, "got:hello");
+    master.write_all(b"echo rc=$?\n").expect("type");
+    expect_output(&rx, &mut seen, "rc=0");
+    master.write_all(b"exit\n").expect("type exit");
+    wait_bounded(&mut shell.0, &seen);
+}
+
+/// An interactive bash on a new pseudo-terminal in the test's root, if there is bash.
+fn interactive_bash(t: &Dir) -> Option<(KillOnDrop, fs::File, mpsc::Receiver<Vec<u8>>)> {
+    let bash = which("bash").ok()?;
+    let mut cmd = std::process::Command::new(bash);
+    cmd.args(["--norc", "--noprofile", "-i"])
+        .current_dir(t.root())
+        .env("PS1", "PROMPT$ ")
+        .env("HISTFILE", "/dev/null")
+        .env("INPUTRC", "/dev/null")
+        .env("TERM", "dumb");
+    let (shell, master, rx) = session(cmd);
+    Some((KillOnDrop(shell), master, rx))
 }
 
 /// Kills (SIGKILL) and reaps a child that a failing test leaves behind.

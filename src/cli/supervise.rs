@@ -445,11 +445,16 @@ impl Terminal {
         }
     }
 
-    /// COMMAND was stopped (Ctrl-Z): if it had the terminal, stop rwdir too, so that
-    /// the shell gets the terminal back; when continued, give the terminal back to
-    /// COMMAND (if rwdir is in the foreground again) and continue COMMAND.
+    /// COMMAND was stopped: by ^Z while it had the terminal, or by SIGTTIN/SIGTTOU
+    /// because it used the terminal while rwdir ran in the background. As a job of the
+    /// shell, rwdir stops too, so that the shell gets the terminal back and reports the
+    /// job stopped. When continued (`fg`, `bg`), rwdir gives the terminal to COMMAND if
+    /// it is in the foreground again, and continues COMMAND.
+    ///
+    /// Without a terminal on stdin there is no job control to follow: whoever stopped
+    /// COMMAND continues it.
     fn follow_stop(&self, pgid: Pid) {
-        if !self.handed.get() {
+        if !self.handed.get() && !has_terminal() {
             return;
         }
         self.take_back();
@@ -460,6 +465,11 @@ impl Terminal {
         }
         signal_group(pgid, Signal::SIGCONT);
     }
+}
+
+/// Whether stdin is rwdir's controlling terminal.
+fn has_terminal() -> bool {
+    nix::unistd::tcgetpgrp(io::stdin().as_fd()).is_ok()
 }
 
 /// Whether rwdir's process group is the foreground of the terminal on stdin.
