@@ -442,7 +442,12 @@ pub(crate) fn cleanup(sd: &StateDir, cfg: &Config, dry_run: bool) -> Result<Vec<
         && let Some(e) = status::entry(sd, cfg, &LockName::Master)?
         && e.liveness.is_dead()
     {
-        let mut at = Attempt::new(sd, cfg, Deadline::after(cfg.max_poll * 20), Kind::Break);
+        let mut at = Attempt::new(
+            sd,
+            cfg,
+            Deadline::after(cfg.max_poll.saturating_mul(20)),
+            Kind::Break,
+        );
         let broken = dry_run
             || match break_master(&mut at) {
                 Ok(broken) => broken,

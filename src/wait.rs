@@ -34,8 +34,13 @@ pub(crate) struct Backoff {
 }
 
 impl Backoff {
+    /// The shortest pause a waiter takes, whatever it was configured with: a waiter
+    /// with nothing to do sleeps, it never spins.
+    pub(crate) const FLOOR: Duration = Duration::from_micros(50);
+
     pub(crate) fn new(min: Duration, max: Duration) -> Backoff {
         let seed = uuid::Uuid::new_v4().as_u64_pair().0 | 1;
+        let min = min.max(Self::FLOOR);
         Backoff {
             next: min,
             max: max.max(min),
@@ -52,8 +57,9 @@ impl Backoff {
         self.rng ^= self.rng >> 27;
         let r = self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11; // 53 bits
         let factor = 0.5 + (r as f64) / ((1u64 << 53) as f64);
-        let d = self.next.mul_f64(factor);
-        self.next = (self.next * 2).min(self.max);
+        // Saturating: bounds near `Duration::MAX` must not overflow.
+        let d = Duration::try_from_secs_f64(self.next.as_secs_f64() * factor).unwrap_or(self.max);
+        self.next = self.next.saturating_mul(2).min(self.max);
         d
     }
 
@@ -95,6 +101,18 @@ mod tests {
             assert!(d >= min / 2 && d < max.mul_f64(1.5), "{d:?}");
         }
         assert_eq!(b.next, max);
+    }
+
+    #[test]
+    fn extreme_bounds_neither_overflow_nor_spin() {
+        let mut b = Backoff::new(Duration::MAX, Duration::MAX);
+        for _ in 0..5 {
+            assert!(b.step() > Duration::from_secs(1));
+        }
+        let mut b = Backoff::new(Duration::ZERO, Duration::ZERO);
+        for _ in 0..5 {
+            assert!(b.step() >= Backoff::FLOOR / 2);
+        }
     }
 
     #[test]
