@@ -287,10 +287,16 @@ impl WriteGuard {
 mod heartbeat {
     use super::*;
 
+    /// The registered files and the period the thread beats at, under one lock so that
+    /// a registration can never be missed by a thread deciding to sleep for ever.
+    struct State {
+        files: Vec<Weak<Held>>,
+        /// The thread's current period; `None` while it has nothing to do.
+        period: Option<Duration>,
+    }
+
     struct Shared {
-        files: Mutex<Vec<Weak<Held>>>,
-        /// The thread's current period; `Duration::MAX` while it has nothing to do.
-        period: Mutex<Duration>,
+        state: Mutex<State>,
         wake: Sender<()>,
     }
 
@@ -305,15 +311,17 @@ mod heartbeat {
                 .name("rwdir-heartbeat".into())
                 .spawn(move || run(rx));
             Shared {
-                files: Mutex::new(Vec::new()),
-                period: Mutex::new(Duration::MAX),
+                state: Mutex::new(State {
+                    files: Vec::new(),
+                    period: None,
+                }),
                 wake,
             }
         });
-        shared.files.lock().push(Arc::downgrade(held));
-        let mut period = shared.period.lock();
-        if held.period() < *period {
-            *period = held.period();
+        let mut state = shared.state.lock();
+        state.files.push(Arc::downgrade(held));
+        if state.period.is_none_or(|p| held.period() < p) {
+            state.period = Some(held.period());
             let _ = shared.wake.try_send(());
         }
     }
@@ -326,50 +334,33 @@ mod heartbeat {
         }) else {
             return;
         };
-        let mut next = Instant::now();
+        let mut next = Some(Instant::now());
         loop {
-            let period = *shared.period.lock();
-            let timeout = if period == Duration::MAX {
-                None
-            } else {
-                Some(next.saturating_duration_since(Instant::now()))
-            };
-            let woken = match timeout {
+            let woken = match next {
                 None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
-                Some(t) => rx.recv_timeout(t),
+                Some(t) => rx.recv_deadline(t),
             };
             if let Err(RecvTimeoutError::Disconnected) = woken {
                 return;
             }
-            if woken.is_ok() {
-                // A shorter period was registered: beat now, then on the new period.
-                next = Instant::now();
-            }
-            if Instant::now() < next {
+            if woken.is_err_and(|_| next.is_some_and(|t| Instant::now() < t)) {
                 continue;
             }
+            // Due, or a shorter period was registered: beat now.
             let live: Vec<Arc<Held>> = {
-                let mut files = shared.files.lock();
-                files.retain(|w| {
+                let mut state = shared.state.lock();
+                state.files.retain(|w| {
                     w.upgrade()
                         .is_some_and(|h| !h.released.load(Ordering::Relaxed))
                 });
-                files.iter().filter_map(Weak::upgrade).collect()
+                let live: Vec<Arc<Held>> = state.files.iter().filter_map(Weak::upgrade).collect();
+                state.period = live.iter().map(|h| h.period()).min();
+                // A period too long to represent: no beat is ever due.
+                next = state.period.and_then(|p| Instant::now().checked_add(p));
+                live
             };
-            let mut period = shared.period.lock();
-            *period = live
-                .iter()
-                .map(|h| h.period())
-                .min()
-                .unwrap_or(Duration::MAX);
-            let p = *period;
-            drop(period);
             for h in &live {
                 h.heartbeat();
-            }
-            drop(live);
-            if p != Duration::MAX {
-                next = Instant::now() + p;
             }
         }
     }
@@ -384,5 +375,47 @@ impl Drop for ReadGuard {
 impl Drop for WriteGuard {
     fn drop(&mut self) {
         let _ = self.held.release();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant, SystemTime};
+
+    fn mtime(path: &std::path::Path) -> SystemTime {
+        std::fs::symlink_metadata(path)
+            .and_then(|m| m.modified())
+            .expect("mtime")
+    }
+
+    /// Waits (bounded) until the file's mtime moves past `since`.
+    fn refreshed_after(path: &std::path::Path, since: SystemTime) -> bool {
+        let end = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < end {
+            if mtime(path) > since {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    #[test]
+    fn the_heartbeat_refreshes_held_files_also_after_others_were_released() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let lock = crate::DirLock::builder(dir.path())
+            .lease(Duration::from_millis(300))
+            .build()
+            .expect("lock");
+        // A first guard, released: the thread may go idle.
+        lock.read().expect("read").release().expect("release");
+        let w = lock.write().expect("write");
+        let path = w.path();
+        let t0 = mtime(&path);
+        assert!(refreshed_after(&path, t0), "no heartbeat on {}", path.display());
+        let t1 = mtime(&path);
+        assert!(refreshed_after(&path, t1), "heartbeat stopped");
+        assert!(!w.is_lost());
+        w.release().expect("release");
     }
 }
