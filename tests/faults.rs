@@ -237,9 +237,15 @@ impl Drop for Mount {
 // ---------------------------------------------------------------------------------
 // A full filesystem
 
-/// Fills the filesystem at `dir` with 4 KiB files until it is full; returns them.
+/// The memory page size: tmpfs allocates whole pages.
+fn page_size() -> usize {
+    // SAFETY: sysconf only reads a system value.
+    usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096)
+}
+
+/// Fills the filesystem at `dir` with one-page files until it is full; returns them.
 fn fill_blocks(dir: &Path) -> Vec<PathBuf> {
-    let page = vec![0x55u8; 4096];
+    let page = vec![0x55u8; page_size()];
     let mut files = Vec::new();
     for i in 0.. {
         let p = dir.join(format!("filler-{i}"));
@@ -359,7 +365,9 @@ fn commands_when_full(dir: &Path, outside: &Path, what: &str) -> Vec<Outcome> {
 
 #[test]
 fn a_full_filesystem_fails_cleanly_with_storage_full() {
-    let Some(m) = Mount::tmpfs("size=64k,mode=0755", "a full filesystem") else {
+    // Sixteen pages: a lock file takes one.
+    let size = format!("size={}k,mode=0755", 16 * page_size() / 1024);
+    let Some(m) = Mount::tmpfs(&size, "a full filesystem") else {
         return;
     };
     let outside = common::tempdir();

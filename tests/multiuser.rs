@@ -74,7 +74,13 @@ fn account(cmd: &str, args: &[&str]) -> bool {
         let out = Command::new(cmd).args(args).output();
         match out {
             Ok(o) if o.status.success() => return true,
-            Ok(o) if String::from_utf8_lossy(&o.stderr).contains("lock") => {
+            // The account files are locked by another process, or the user still
+            // has a process that is exiting.
+            Ok(o)
+                if ["lock", "used by process"]
+                    .iter()
+                    .any(|m| String::from_utf8_lossy(&o.stderr).contains(m)) =>
+            {
                 std::thread::sleep(Duration::from_millis(100));
             }
             Ok(o) => {
@@ -200,10 +206,9 @@ impl Drop for Team {
     fn drop(&mut self) {
         let _turn = ACCOUNTS.lock().unwrap_or_else(|e| e.into_inner());
         for u in &self.users {
-            // Any process still running as the user would make userdel fail.
-            let _ = Command::new("pkill")
-                .args(["-KILL", "-u", &u.name])
-                .status();
+            // Holders were killed by pid before the team is dropped; a COMMAND that
+            // dies by its parent-death signal may still be on its way out, which
+            // `account` waits for.
             if !account("userdel", &[&u.name]) {
                 eprintln!("warning: could not remove user {}", u.name);
             }
