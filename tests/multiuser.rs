@@ -122,6 +122,14 @@ impl Team {
             eprintln!("note: {why}: skipped (making users needs root)");
             return None;
         }
+        let setpriv = Command::new("setpriv")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .status();
+        if !setpriv.is_ok_and(|s| s.success()) {
+            eprintln!("note: {why}: skipped (no `setpriv` to run as another user)");
+            return None;
+        }
         let _turn = ACCOUNTS.lock().unwrap_or_else(|e| e.into_inner());
         // Short, unique names (at most 32 bytes): the pid and a serial number.
         let base = format!(
