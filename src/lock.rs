@@ -437,7 +437,9 @@ impl DirLock {
     ///
     /// # Errors
     ///
-    /// As [`DirLock::cleanup`].
+    /// As [`DirLock::cleanup`]. An entry that cannot be removed (a non-empty directory at
+    /// a lock name, another user's file in a sticky directory) does not stop the others
+    /// from being removed; the first such failure is returned at the end.
     ///
     /// # Examples
     ///

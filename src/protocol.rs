@@ -482,14 +482,27 @@ pub(crate) fn cleanup_all(sd: &StateDir, cfg: &Config, dry_run: bool) -> Result<
                 .filter(|&&k| Some(k) != top)
                 .map(|&k| LockName::Token(k)),
         );
+    // Go on past an entry that cannot be removed (a non-empty directory at a lock name,
+    // another user's file in a sticky directory): remove all the rest, then report the
+    // first failure.
+    let mut first_error = None;
     for name in names {
-        if let Some(e) = status::entry(sd, cfg, &name)?
-            && (dry_run || sd.unlink(&name)?)
-        {
-            removed.push(e);
+        let step = status::entry(sd, cfg, &name).and_then(|e| match e {
+            Some(e) if dry_run || sd.unlink(&name)? => Ok(Some(e)),
+            _ => Ok(None),
+        });
+        match step {
+            Ok(Some(e)) => removed.push(e),
+            Ok(None) => {}
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
         }
     }
-    Ok(removed)
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(removed),
+    }
 }
 
 /// Who is in the way of an acquisition of kind `want`: the writer, else the oldest
