@@ -412,7 +412,11 @@ mod tests {
         let w = lock.write().expect("write");
         let path = w.path();
         let t0 = mtime(&path);
-        assert!(refreshed_after(&path, t0), "no heartbeat on {}", path.display());
+        assert!(
+            refreshed_after(&path, t0),
+            "no heartbeat on {}",
+            path.display()
+        );
         let t1 = mtime(&path);
         assert!(refreshed_after(&path, t1), "heartbeat stopped");
         assert!(!w.is_lost());

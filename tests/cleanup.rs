@@ -14,13 +14,21 @@ fn cleanup_all_goes_on_past_an_entry_it_cannot_remove() {
     let blocker = state.join(".pending_lock-00000000-0000-4000-8000-000000000000-1");
     fs::create_dir(&blocker).expect("mkdir");
     fs::write(blocker.join("keep"), b"x").expect("write");
-    let err = lock.cleanup_all().expect_err("the directory cannot be removed");
+    let err = lock
+        .cleanup_all()
+        .expect_err("the directory cannot be removed");
     assert_eq!(err.path(), blocker, "{err}");
     let left: Vec<_> = fs::read_dir(&state)
         .expect("list")
         .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
         .filter(|n| n.starts_with(".slave_lock-") && !n.ends_with("000000000000"))
         .collect();
-    assert!(left.is_empty(), "the reader's file was removed all the same: {left:?}");
-    assert!(blocker.join("keep").exists(), "the directory's contents are kept");
+    assert!(
+        left.is_empty(),
+        "the reader's file was removed all the same: {left:?}"
+    );
+    assert!(
+        blocker.join("keep").exists(),
+        "the directory's contents are kept"
+    );
 }
