@@ -337,7 +337,7 @@ fn ratio_pass() -> Vec<Target> {
     let (rounds, window) = if quick {
         (3, Duration::from_millis(10))
     } else {
-        (15, Duration::from_millis(40))
+        (25, Duration::from_millis(25))
     };
     let locs = Loc::available();
     println!("## Ratio pass: {rounds} interleaved rounds × {window:?} per case\n");
