@@ -526,8 +526,9 @@ pub struct Scanner {
     dead_pid: u32,
 }
 
-/// [`Scanner::scan`] in a per-process scratch directory under `/dev/shm` (tmpfs: fast),
-/// or under `$RWDIR_FUZZ_DIR` if set, or the temporary directory. Calls are serialized.
+/// [`Scanner::scan`] in a per-process scratch directory `rwdir-fuzz-<pid>` under
+/// `/dev/shm` (tmpfs: fast), or under `$RWDIR_FUZZ_DIR` if set, or the temporary
+/// directory; those of processes that are gone are removed first. Calls are serialized.
 pub fn scan(input: &ScanInput) {
     static SCANNER: OnceLock<Mutex<Scanner>> = OnceLock::new();
     let scanner = SCANNER.get_or_init(|| {
@@ -535,6 +536,18 @@ pub fn scan(input: &ScanInput) {
             .map(PathBuf::from)
             .or_else(|| Some(PathBuf::from("/dev/shm")).filter(|p| p.is_dir()))
             .unwrap_or_else(std::env::temp_dir);
+        // Scratch areas of earlier fuzzing processes that are gone (libFuzzer exits
+        // without running destructors): removed, so that runs do not pile up in tmpfs.
+        for e in fs::read_dir(&root).into_iter().flatten().flatten() {
+            let name = e.file_name();
+            let pid = name.to_str().and_then(|n| n.strip_prefix("rwdir-fuzz-"));
+            if let Some(pid) = pid.and_then(|p| p.parse::<i32>().ok())
+                && nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None)
+                    == Err(nix::errno::Errno::ESRCH)
+            {
+                let _ = fs::remove_dir_all(e.path());
+            }
+        }
         let base = root.join(format!("rwdir-fuzz-{}", std::process::id()));
         let _ = fs::remove_dir_all(&base);
         Mutex::new(Scanner::new(&base).expect("make the scratch directory"))
