@@ -14,6 +14,22 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// Every filesystem variant names the path it failed on and keeps the underlying
 /// [`io::Error`] as its [`source`](std::error::Error::source), so [`Error::kind`] and the
 /// conversion into [`io::Error`] keep the [`io::ErrorKind`].
+///
+/// # Examples
+///
+/// ```
+/// let dir = tempfile::tempdir()?;
+/// let lock = rwdir::DirLock::new(dir.path())?;
+/// let _w = lock.write()?;
+/// match lock.try_read() {
+///     Err(rwdir::Error::WouldBlock { holder, .. }) => {
+///         let holder = holder.expect("the writer is named");
+///         assert_eq!(holder.kind, rwdir::Kind::Write);
+///     }
+///     other => panic!("expected WouldBlock, got {other:?}"),
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -100,6 +116,19 @@ impl Error {
     /// `WouldBlock` and `TimedOut` map to the kinds of the same name, `NotADirectory` to
     /// [`io::ErrorKind::NotADirectory`], `LockLost` to [`io::ErrorKind::Other`], and
     /// filesystem errors (`PermissionDenied` too) keep the operating system's kind.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let lock = rwdir::DirLock::new(dir.path())?;
+    /// let _r = lock.read()?;
+    /// let err = lock.try_write().unwrap_err();
+    /// assert_eq!(err.kind(), std::io::ErrorKind::WouldBlock);
+    /// let io: std::io::Error = err.into(); // the kind survives the conversion
+    /// assert_eq!(io.kind(), std::io::ErrorKind::WouldBlock);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn kind(&self) -> io::ErrorKind {
         match self {
             Error::Io { source, .. } | Error::PermissionDenied { source, .. } => source.kind(),
@@ -112,6 +141,15 @@ impl Error {
 
     /// The path this error is about: the file or directory for filesystem errors, the
     /// locked directory for `WouldBlock` and `TimedOut`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let err = rwdir::DirLock::new("/no/such/dir").unwrap_err();
+    /// assert_eq!(err.path(), std::path::Path::new("/no/such/dir"));
+    /// assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn path(&self) -> &Path {
         match self {
             Error::Io { path, .. }
@@ -123,6 +161,18 @@ impl Error {
     }
 
     /// The holder that was in the way, for `WouldBlock` and `TimedOut`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let lock = rwdir::DirLock::new(dir.path())?;
+    /// let _w = lock.write()?;
+    /// let err = lock.try_read().unwrap_err();
+    /// let holder = err.holder().and_then(|e| e.holder.as_ref()).expect("a holder record");
+    /// assert_eq!(holder.pid, std::process::id());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn holder(&self) -> Option<&Entry> {
         match self {
             Error::WouldBlock { holder, .. } | Error::TimedOut { holder, .. } => holder.as_deref(),

@@ -147,6 +147,16 @@ impl Drop for Held {
 ///
 /// Owned (no lifetime), `Send` and `Sync`: it can be moved to another thread or kept in
 /// a struct.
+///
+/// # Examples
+///
+/// ```
+/// let dir = tempfile::tempdir()?;
+/// let lock = rwdir::DirLock::new(dir.path())?;
+/// let guard = lock.read()?;
+/// std::thread::spawn(move || drop(guard)).join().unwrap(); // Send: released in another thread
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[must_use = "if unused the lock is released immediately"]
 #[clippy::has_significant_drop]
 #[derive(Debug)]
@@ -157,6 +167,17 @@ pub struct ReadGuard {
 /// An exclusive (write) lock on a directory. Released when dropped.
 ///
 /// Owned (no lifetime), `Send` and `Sync`. Carries the fencing token of this grant.
+///
+/// # Examples
+///
+/// ```
+/// let dir = tempfile::tempdir()?;
+/// let lock = rwdir::DirLock::new(dir.path())?;
+/// let guard = lock.write()?;
+/// println!("writing with fencing token {}", guard.token());
+/// guard.release()?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[must_use = "if unused the lock is released immediately"]
 #[clippy::has_significant_drop]
 #[derive(Debug)]
@@ -177,6 +198,16 @@ impl ReadGuard {
     /// [`Error::LockLost`] if the reader's file was removed by someone else while held
     /// (for example by a `cleanup --all` or a lease judged on another host), and
     /// [`Error::Io`] if removing the file failed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let lock = rwdir::DirLock::new(dir.path())?;
+    /// let r = lock.read()?;
+    /// r.release()?; // errors are reported, not swallowed as by drop
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn release(self) -> Result<()> {
         let r = self.held.release();
         drop(self);
@@ -188,16 +219,48 @@ impl ReadGuard {
     /// # Errors
     ///
     /// [`Error::LockLost`] if it is not.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let lock = rwdir::DirLock::new(dir.path())?;
+    /// let r = lock.read()?;
+    /// r.check()?;
+    /// std::fs::remove_file(r.path())?; // someone removes our file
+    /// assert!(matches!(r.check(), Err(rwdir::Error::LockLost { .. })));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn check(&self) -> Result<()> {
         self.held.check()
     }
 
     /// Whether the background heartbeat has found the lock lost (cheap; no system call).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let lock = rwdir::DirLock::new(dir.path())?;
+    /// let r = lock.read()?;
+    /// assert!(!r.is_lost());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn is_lost(&self) -> bool {
         self.held.lost.load(Ordering::Relaxed)
     }
 
     /// The path of this reader's lock file.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let lock = rwdir::DirLock::new(dir.path())?;
+    /// let r = lock.read()?;
+    /// assert!(r.path().starts_with(dir.path().join(".rwdir")));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn path(&self) -> std::path::PathBuf {
         self.held.path()
     }
@@ -212,6 +275,17 @@ impl WriteGuard {
     /// over all write grants on this directory, even if two processes ever believe they
     /// hold the lock. It protects only a resource that remembers the highest token it has
     /// seen and rejects lower ones.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let lock = rwdir::DirLock::new(dir.path())?;
+    /// let first = lock.write()?.token();
+    /// let second = lock.write()?.token();
+    /// assert!(second > first);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn token(&self) -> u64 {
         self.token
     }
@@ -222,6 +296,17 @@ impl WriteGuard {
     ///
     /// [`Error::LockLost`] if `.master_lock` is no longer ours (then nothing is removed),
     /// and [`Error::Io`] if removing it failed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let lock = rwdir::DirLock::new(dir.path())?;
+    /// let w = lock.write()?;
+    /// w.release()?;
+    /// assert!(lock.status()?.is_free());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn release(self) -> Result<()> {
         let r = self.held.release();
         drop(self);
@@ -233,16 +318,48 @@ impl WriteGuard {
     /// # Errors
     ///
     /// [`Error::LockLost`] if it is not.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let lock = rwdir::DirLock::new(dir.path())?;
+    /// let w = lock.write()?;
+    /// w.check()?;
+    /// std::fs::remove_file(w.path())?; // someone removes `.master_lock`
+    /// assert!(matches!(w.check(), Err(rwdir::Error::LockLost { .. })));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn check(&self) -> Result<()> {
         self.held.check()
     }
 
     /// Whether the background heartbeat has found the lock lost (cheap; no system call).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let lock = rwdir::DirLock::new(dir.path())?;
+    /// let w = lock.write()?;
+    /// assert!(!w.is_lost());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn is_lost(&self) -> bool {
         self.held.lost.load(Ordering::Relaxed)
     }
 
     /// The path of `.master_lock`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let lock = rwdir::DirLock::new(dir.path())?;
+    /// let w = lock.write()?;
+    /// assert_eq!(w.path(), dir.path().join(".rwdir/.master_lock"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn path(&self) -> std::path::PathBuf {
         self.held.path()
     }
@@ -255,6 +372,19 @@ impl WriteGuard {
     ///
     /// [`Error::Io`] if the reader's file cannot be created (the write lock is then
     /// released all the same), [`Error::LockLost`] if `.master_lock` was no longer ours.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let lock = rwdir::DirLock::new(dir.path())?;
+    /// let w = lock.write()?;
+    /// let r = w.downgrade()?;
+    /// let st = lock.status()?;
+    /// assert!(st.writer.is_none() && st.readers.len() == 1);
+    /// drop(r);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn downgrade(self) -> Result<ReadGuard> {
         let held = &self.held;
         let name = LockName::Slave {

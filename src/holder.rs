@@ -15,6 +15,16 @@ const MAGIC: &str = "rwdir-holder 1";
 pub(crate) const MAX_RECORD: usize = 4096;
 
 /// What a lock file stands for.
+///
+/// # Examples
+///
+/// ```
+/// let dir = tempfile::tempdir()?;
+/// let lock = rwdir::DirLock::new(dir.path())?;
+/// let _w = lock.write()?;
+/// assert_eq!(lock.status()?.writer.map(|e| e.kind), Some(rwdir::Kind::Write));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Kind {
@@ -32,6 +42,14 @@ pub enum Kind {
 
 impl Kind {
     /// The word used in records and in `status`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// assert_eq!(rwdir::Kind::Read.as_str(), "read");
+    /// assert_eq!(rwdir::Kind::Pending.to_string(), "pending");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::Read => "read",
@@ -61,6 +79,18 @@ impl std::fmt::Display for Kind {
 }
 
 /// The identity of the process that created a lock file, as stored in the file.
+///
+/// # Examples
+///
+/// ```
+/// let dir = tempfile::tempdir()?;
+/// let lock = rwdir::DirLock::new(dir.path())?;
+/// let _r = lock.read()?;
+/// let st = lock.status()?;
+/// let h = st.readers[0].holder.as_ref().expect("a well-formed record");
+/// assert_eq!((h.kind, h.pid), (rwdir::Kind::Read, std::process::id()));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Holder {

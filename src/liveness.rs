@@ -6,6 +6,16 @@ use crate::holder::Holder;
 use crate::sys::{self, Probe};
 
 /// The verdict on a lock file's owner.
+///
+/// # Examples
+///
+/// ```
+/// let dir = tempfile::tempdir()?;
+/// let lock = rwdir::DirLock::new(dir.path())?;
+/// let _r = lock.read()?;
+/// assert_eq!(lock.status()?.readers[0].liveness, rwdir::Liveness::Alive);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Liveness {
     /// The owner runs on this host, in this pid namespace, and is alive (or it is this
@@ -21,12 +31,28 @@ pub enum Liveness {
 
 impl Liveness {
     /// `true` for `Dead`: only then may the file be removed by someone else.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// assert!(rwdir::Liveness::Dead.is_dead());
+    /// assert!(!rwdir::Liveness::Unknown.is_dead()); // unknown counts as held
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn is_dead(self) -> bool {
         self == Liveness::Dead
     }
 
     /// `Some(true)` for alive, `Some(false)` for dead, `None` for unknown (the JSON form
     /// of `rwdir status`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// assert_eq!(rwdir::Liveness::Alive.as_option(), Some(true));
+    /// assert_eq!(rwdir::Liveness::Unknown.as_option(), None);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn as_option(self) -> Option<bool> {
         match self {
             Liveness::Alive => Some(true),

@@ -73,6 +73,16 @@ impl Builder {
     /// How long a holder whose process cannot be checked directly (another host,
     /// another pid namespace, a malformed file) counts as alive after its last
     /// heartbeat. Heartbeats run every lease/3. Default: [`DEFAULT_LEASE`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let dir = tempfile::tempdir()?;
+    /// let lock = rwdir::DirLock::builder(dir.path()).lease(Duration::from_secs(90)).build()?;
+    /// assert_eq!(lock.lease(), Duration::from_secs(90));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn lease(mut self, lease: Duration) -> Builder {
         self.cfg.lease = lease;
         self
@@ -81,6 +91,18 @@ impl Builder {
     /// Bounds of the polling back-off while waiting: the first pause is about `min`,
     /// each next one doubles up to `max`, each with ±50 % jitter.
     /// Defaults: [`DEFAULT_MIN_POLL`], [`DEFAULT_MAX_POLL`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let dir = tempfile::tempdir()?;
+    /// let lock = rwdir::DirLock::builder(dir.path())
+    ///     .poll_interval(Duration::from_millis(5), Duration::from_millis(200))
+    ///     .build()?;
+    /// drop(lock.read()?);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn poll_interval(mut self, min: Duration, max: Duration) -> Builder {
         self.cfg.min_poll = min;
         self.cfg.max_poll = max.max(min);
@@ -89,6 +111,18 @@ impl Builder {
 
     /// Keeps the lock files in `path` instead of `DIR/.rwdir`. Its parent must exist;
     /// `path` itself is made on first use and must not be a symlink.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let elsewhere = tempfile::tempdir()?;
+    /// let state = elsewhere.path().join("locks");
+    /// let lock = rwdir::DirLock::builder(dir.path()).state_dir(&state).build()?;
+    /// let _r = lock.read()?;
+    /// assert!(state.is_dir() && !dir.path().join(".rwdir").exists());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn state_dir(mut self, path: impl Into<PathBuf>) -> Builder {
         self.cfg.state_dir = Some(path.into());
         self
@@ -96,6 +130,17 @@ impl Builder {
 
     /// Names a process group that keeps this process's locks alive while any member
     /// lives, even after this process died (used by `rwdir read|write` for COMMAND).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let pgid = nix::unistd::getpgrp().as_raw() as u32;
+    /// let lock = rwdir::DirLock::builder(dir.path()).process_group(pgid).build()?;
+    /// let _w = lock.write()?;
+    /// assert_eq!(lock.status()?.writer.and_then(|e| e.holder).map(|h| h.pgid), Some(pgid));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn process_group(mut self, pgid: u32) -> Builder {
         self.cfg.pgid = pgid;
         self
@@ -107,6 +152,17 @@ impl Builder {
     ///
     /// [`Error::Io`] (kind `NotFound`, `PermissionDenied`, ...) if the directory cannot
     /// be opened, [`Error::NotADirectory`] if it is not a directory.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let lock = rwdir::DirLock::builder(dir.path()).build()?;
+    /// assert_eq!(lock.path(), dir.path());
+    /// let missing = rwdir::DirLock::builder(dir.path().join("missing")).build();
+    /// assert_eq!(missing.unwrap_err().kind(), std::io::ErrorKind::NotFound);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn build(self) -> Result<DirLock> {
         let meta = std::fs::metadata(&self.cfg.dir).map_err(|source| Error::Io {
             action: "open directory",
@@ -146,6 +202,16 @@ impl DirLock {
     }
 
     /// A builder for a lock on `dir`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let dir = tempfile::tempdir()?;
+    /// let lock = rwdir::DirLock::builder(dir.path()).lease(Duration::from_secs(60)).build()?;
+    /// drop(lock.write()?);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn builder(dir: impl AsRef<Path>) -> Builder {
         Builder {
             cfg: Config {
@@ -160,11 +226,29 @@ impl DirLock {
     }
 
     /// The locked directory.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let lock = rwdir::DirLock::new(dir.path())?;
+    /// assert_eq!(lock.path(), dir.path());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn path(&self) -> &Path {
         &self.cfg.dir
     }
 
     /// The lease of this lock's files.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let lock = rwdir::DirLock::new(dir.path())?;
+    /// assert_eq!(lock.lease(), rwdir::DEFAULT_LEASE);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn lease(&self) -> Duration {
         self.cfg.lease
     }

@@ -11,6 +11,18 @@ use crate::names::LockName;
 use crate::protocol::Config;
 
 /// One lock file and the verdict on its owner.
+///
+/// # Examples
+///
+/// ```
+/// let dir = tempfile::tempdir()?;
+/// let lock = rwdir::DirLock::new(dir.path())?;
+/// let _r = lock.read()?;
+/// let entry = &lock.status()?.readers[0];
+/// assert!(entry.name.starts_with(".slave_lock-"));
+/// assert!(entry.path.starts_with(dir.path()));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct Entry {
@@ -34,6 +46,17 @@ pub struct Entry {
 
 impl Entry {
     /// Who this is, for messages: `writer pid 4242 on host a (12 s)`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let lock = rwdir::DirLock::new(dir.path())?;
+    /// let _w = lock.write()?;
+    /// let text = lock.status()?.writer.expect("a writer").describe();
+    /// assert!(text.starts_with(&format!("writer pid {} on host ", std::process::id())));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn describe(&self) -> String {
         let role = match self.kind {
             Kind::Read => "reader",
@@ -65,12 +88,34 @@ impl Entry {
 
     /// When the holder took the file: the record's `since`, or the mtime of a malformed
     /// file.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let lock = rwdir::DirLock::new(dir.path())?;
+    /// let before = std::time::SystemTime::now();
+    /// let _r = lock.read()?;
+    /// assert!(lock.status()?.readers[0].since() >= before - std::time::Duration::from_secs(1));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn since(&self) -> SystemTime {
         self.holder.as_ref().map_or(self.mtime, Holder::since)
     }
 }
 
 /// A snapshot of who holds and who waits for the lock on a directory.
+///
+/// # Examples
+///
+/// ```
+/// let dir = tempfile::tempdir()?;
+/// let lock = rwdir::DirLock::new(dir.path())?;
+/// let _r = lock.read()?;
+/// let st = lock.status()?;
+/// assert!(st.writer.is_none() && st.pending.is_empty() && st.readers.len() == 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct Status {
@@ -92,6 +137,17 @@ pub struct Status {
 
 impl Status {
     /// Whether no lock file at all is present.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let lock = rwdir::DirLock::new(dir.path())?;
+    /// assert!(lock.status()?.is_free());
+    /// let _r = lock.read()?;
+    /// assert!(!lock.status()?.is_free());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn is_free(&self) -> bool {
         self.writer.is_none() && self.pending.is_empty() && self.readers.is_empty()
     }
