@@ -92,6 +92,13 @@ pub enum Error {
         /// Who was in the way at the last look, if anyone could be named.
         holder: Option<Box<Entry>>,
     },
+    /// A waiting acquisition was cancelled through a [`Cancel`](crate::Cancel) handle;
+    /// the files it had made were removed.
+    #[error("gave up waiting for lock on `{}`: cancelled", dir.display())]
+    Cancelled {
+        /// The locked directory.
+        dir: PathBuf,
+    },
     /// The lock file of a held (or just granted) lock is no longer ours: it was removed
     /// or replaced by someone else, or its filesystem went away.
     #[error("lock lost: `{}`: {reason}", path.display())]
@@ -135,6 +142,7 @@ impl Error {
             Error::NotADirectory { .. } => io::ErrorKind::NotADirectory,
             Error::WouldBlock { .. } => io::ErrorKind::WouldBlock,
             Error::TimedOut { .. } => io::ErrorKind::TimedOut,
+            Error::Cancelled { .. } => io::ErrorKind::Interrupted,
             Error::LockLost { .. } => io::ErrorKind::Other,
         }
     }
@@ -156,7 +164,9 @@ impl Error {
             | Error::PermissionDenied { path, .. }
             | Error::NotADirectory { path, .. }
             | Error::LockLost { path, .. } => path,
-            Error::WouldBlock { dir, .. } | Error::TimedOut { dir, .. } => dir,
+            Error::WouldBlock { dir, .. }
+            | Error::TimedOut { dir, .. }
+            | Error::Cancelled { dir } => dir,
         }
     }
 

@@ -122,7 +122,8 @@ pub use guard::{ReadGuard, WriteGuard};
 pub use holder::{Holder, Kind};
 pub use liveness::Liveness;
 pub use lock::{
-    Builder, DEFAULT_LEASE, DEFAULT_MAX_POLL, DEFAULT_MIN_POLL, DirLock, cleanup, cleanup_all,
+    Builder, Cancel, DEFAULT_LEASE, DEFAULT_MAX_POLL, DEFAULT_MIN_POLL, DirLock, cleanup,
+    cleanup_all,
 };
 pub use names::LockName;
 pub use status::{Entry, Status};

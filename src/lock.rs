@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -28,6 +29,61 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(45);
 pub const DEFAULT_MIN_POLL: Duration = Duration::from_millis(1);
 /// Default longest pause between two looks while waiting.
 pub const DEFAULT_MAX_POLL: Duration = Duration::from_millis(100);
+
+/// A handle that makes waiting acquisitions give up; see [`Builder::cancel`].
+///
+/// Cheap to clone; every clone cancels the same acquisitions. Cancelling is for good:
+/// later waiting acquisitions of a lock built with it give up at their first pause.
+///
+/// # Examples
+///
+/// ```
+/// let cancel = rwdir::Cancel::new();
+/// assert!(!cancel.is_cancelled());
+/// cancel.clone().cancel();
+/// assert!(cancel.is_cancelled());
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct Cancel {
+    flag: Arc<AtomicBool>,
+}
+
+impl Cancel {
+    /// A handle that has not been cancelled.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// assert!(!rwdir::Cancel::new().is_cancelled());
+    /// ```
+    pub fn new() -> Cancel {
+        Cancel::default()
+    }
+
+    /// Makes every waiting acquisition of the locks built with this handle give up.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let cancel = rwdir::Cancel::new();
+    /// cancel.cancel();
+    /// assert!(cancel.is_cancelled());
+    /// ```
+    pub fn cancel(&self) {
+        self.flag.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether [`Cancel::cancel`] was called.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// assert!(!rwdir::Cancel::new().is_cancelled());
+    /// ```
+    pub fn is_cancelled(&self) -> bool {
+        self.flag.load(Ordering::Relaxed)
+    }
+}
 
 /// A reader-writer lock on a directory.
 ///
@@ -146,6 +202,37 @@ impl Builder {
         self
     }
 
+    /// Lets `cancel` make this lock's waiting acquisitions give up: once
+    /// [`Cancel::cancel`] is called, a waiting `read`, `write` or `try_*_for` removes the
+    /// files it made and returns [`Error::Cancelled`] within one polling pause (at most
+    /// the maximum poll interval). For a thread that must stop waiting on a signal or a
+    /// shutdown, without leaving a queued writer in everyone's way.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let dir = tempfile::tempdir()?;
+    /// let cancel = rwdir::Cancel::new();
+    /// let lock = rwdir::DirLock::builder(dir.path()).cancel(&cancel).build()?;
+    /// let reader = lock.read()?;
+    /// let waiter = {
+    ///     let lock = lock.clone();
+    ///     std::thread::spawn(move || lock.write().map(drop))
+    /// };
+    /// std::thread::sleep(Duration::from_millis(50));
+    /// cancel.cancel();
+    /// let err = waiter.join().unwrap().unwrap_err();
+    /// assert!(matches!(err, rwdir::Error::Cancelled { .. }));
+    /// drop(reader);
+    /// assert!(lock.status()?.is_free()); // the writer's files are gone
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn cancel(mut self, cancel: &Cancel) -> Builder {
+        self.cfg.cancel = Some(Arc::clone(&cancel.flag));
+        self
+    }
+
     /// Checks the directory and makes the lock.
     ///
     /// # Errors
@@ -221,6 +308,7 @@ impl DirLock {
                 min_poll: DEFAULT_MIN_POLL,
                 max_poll: DEFAULT_MAX_POLL,
                 pgid: 0,
+                cancel: None,
             },
         }
     }

@@ -3,6 +3,8 @@
 //! Step labels in comments refer to that document.
 
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use uuid::Uuid;
@@ -25,6 +27,8 @@ pub(crate) struct Config {
     pub(crate) min_poll: Duration,
     pub(crate) max_poll: Duration,
     pub(crate) pgid: u32,
+    /// Set from another thread to make waiting acquisitions give up (`Cancel`).
+    pub(crate) cancel: Option<Arc<AtomicBool>>,
 }
 
 /// A lock file we created and still own.
@@ -78,15 +82,27 @@ impl<'a> Attempt<'a> {
     /// Sleeps one back-off step; `Err(())` when the deadline forbids it. The caller
     /// undoes its own files, then calls [`Attempt::give_up`].
     fn sleep(&mut self) -> std::result::Result<(), ()> {
-        if self.backoff.sleep(self.deadline, self.wake.as_ref()) {
+        if !self.cancelled() && self.backoff.sleep(self.deadline, self.wake.as_ref()) {
             Ok(())
         } else {
             Err(())
         }
     }
 
+    fn cancelled(&self) -> bool {
+        self.cfg
+            .cancel
+            .as_ref()
+            .is_some_and(|c| c.load(Ordering::Relaxed))
+    }
+
     /// The error for a deadline that passed, naming who is in the way now.
     fn give_up(&self) -> Error {
+        if self.cancelled() {
+            return Error::Cancelled {
+                dir: self.cfg.dir.clone(),
+            };
+        }
         let holder = blocker(self.sd, self.cfg, self.want, self.exclude.as_ref()).map(Box::new);
         let dir = self.cfg.dir.clone();
         match self.deadline {

@@ -194,6 +194,30 @@ fn a_signal_while_waiting_ends_rwdir_and_command_never_runs() {
         .expect_code(0);
 }
 
+#[test]
+fn a_writer_interrupted_while_queued_leaves_no_file_behind() {
+    let t = Dir::new();
+    let r = t.hold("read", &[], "r");
+    let x = t.start_holder("write", &[], "queued");
+    x.wait_stderr("rwdir: waiting for write lock");
+    assert_eq!(
+        t.lock_files(".pending_lock-").len() + t.lock_files(".master_lock").len(),
+        1,
+        "the writer is queued (or owns .master_lock, waiting for the reader)"
+    );
+    x.signal(Signal::SIGTERM);
+    let run = x.wait();
+    run.expect_code(143);
+    // Its queue file (or `.master_lock`) is gone before rwdir exits: no host has to
+    // wait for it to be judged dead.
+    run.check(
+        t.lock_files(".pending_lock-").is_empty() && t.lock_files(".master_lock").is_empty(),
+        "no queued writer's file is left",
+    );
+    run.check(!t.path("queued").exists(), "COMMAND never ran");
+    r.release().expect_code(0);
+}
+
 /// A COMMAND that reports SIGTERM in `$0.trapped` and exits 0.
 const TERM_TRAP: &str = r#"trap 'echo TERM > "$0.trapped"; exit 0' TERM
 : > "$0"

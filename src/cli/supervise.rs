@@ -101,8 +101,12 @@ pub(crate) fn run(mode: Mode, args: &LockArgs, lease: Option<Duration>) -> Resul
     // From here on, threads.
     let sig_rx = signals.listen();
     let exit_rx = wait_for(pgid);
+    // A signal while waiting cancels the acquisition, which then removes its own files
+    // (a queued writer left behind would hold up other hosts' readers for a lease).
+    let cancel = rwdir::Cancel::new();
     let lock = builder
         .process_group(pid_u32(pgid))
+        .cancel(&cancel)
         .build()
         .map_err(Error::Dir);
     let lock = match lock {
@@ -112,7 +116,7 @@ pub(crate) fn run(mode: Mode, args: &LockArgs, lease: Option<Duration>) -> Resul
             return Err(e);
         }
     };
-    let guard = match acquire(&lock, mode, args, &sig_rx, &exit_rx) {
+    let guard = match acquire(&lock, &cancel, mode, args, &sig_rx, &exit_rx) {
         Ok(guard) => guard,
         Err(e) => {
             child.abort();
@@ -163,6 +167,13 @@ pub(crate) fn run(mode: Mode, args: &LockArgs, lease: Option<Duration>) -> Resul
     }
 }
 
+/// Cancels the acquisition and waits (bounded) until its thread has removed the files it
+/// made; a guard it obtained meanwhile is dropped, which releases it.
+fn give_up(cancel: &rwdir::Cancel, rx: &Receiver<rwdir::Result<Guard>>) {
+    cancel.cancel();
+    let _ = rx.recv_timeout(Duration::from_secs(5));
+}
+
 fn pid_u32(pid: Pid) -> u32 {
     u32::try_from(pid.as_raw()).unwrap_or(0)
 }
@@ -170,6 +181,7 @@ fn pid_u32(pid: Pid) -> u32 {
 /// Waits for the lock, saying so after a second, and gives up on a signal.
 fn acquire(
     lock: &DirLock,
+    cancel: &rwdir::Cancel,
     mode: Mode,
     args: &LockArgs,
     sig_rx: &Receiver<Signal>,
@@ -209,6 +221,7 @@ fn acquire(
             },
             recv(sig_rx) -> sig => {
                 if let Ok(signal) = sig {
+                    give_up(cancel, &rx);
                     return Err(Error::Interrupted {
                         signal,
                         mode: mode.as_str(),
@@ -218,6 +231,7 @@ fn acquire(
             },
             recv(exit_rx) -> _ => {
                 // Someone killed the waiting child: COMMAND can no longer run.
+                give_up(cancel, &rx);
                 return Err(Error::Sys {
                     action: "keep COMMAND's process waiting for the lock",
                     source: io::Error::other("it was killed"),
