@@ -207,9 +207,12 @@ fn worker(role: &str) {
 }
 
 /// `acquire X|S` → `entering <t>`, then `got <t>` once it holds the lock;
-/// `release <hold_us>` → sleeps `hold_us`, stamps `t`, releases, `released <t>`.
+/// `release <hold_us>` → sleeps `hold_us`, stamps `t`, releases, `released <t>`;
+/// `handoff <hold_us>` does the same but answers nothing until `when` asks for `t`, so
+/// that no answer wakes the coordinator while the waiter takes over.
 fn worker_handoff(lock: &Lock, pipe: &mut Pipe) {
     let mut held = None;
+    let mut last = 0;
     while let Some(cmd) = pipe.next() {
         let mut it = cmd.split_whitespace();
         match it.next() {
@@ -221,15 +224,19 @@ fn worker_handoff(lock: &Lock, pipe: &mut Pipe) {
                 let t = mono_ns();
                 pipe.say(&format!("got {t}"));
             }
-            Some("release") => {
+            Some(word @ ("release" | "handoff")) => {
                 let hold: u64 = it.next().and_then(|s| s.parse().ok()).unwrap_or(0);
                 std::thread::sleep(Duration::from_micros(hold));
                 let t = mono_ns();
                 if let Some(g) = held.take() {
                     g.release();
                 }
-                pipe.say(&format!("released {t}"));
+                last = t;
+                if word == "release" {
+                    pipe.say(&format!("released {t}"));
+                }
             }
+            Some("when") => pipe.say(&format!("released {last}")),
             _ => panic!("handoff: bad command {cmd:?}"),
         }
     }
@@ -472,11 +479,12 @@ fn handoff_series(imp: Impl, loc: Loc, shared: bool, k: usize, rng: &mut Rng) ->
         waiter.send(if shared { "acquire S" } else { "acquire X" });
         let entering = waiter.expect("entering")[0];
         holder.send(&format!(
-            "release {}",
+            "handoff {}",
             rng.range(hold_range.0, hold_range.1)
         ));
-        let t = holder.expect("released")[0];
         let t2 = waiter.expect("got")[0];
+        holder.send("when");
+        let t = holder.expect("released")[0];
         if entering > t {
             dropped += 1;
         } else {
@@ -509,7 +517,7 @@ fn handoff(targets: &mut Vec<Target>) {
     let (rounds, k) = if quick() { (1, 15) } else { (5, 50) };
     println!("## Hand-off latency\n");
     println!(
-        "A holder stamps t just before releasing; the waiter, blocked in another process, stamps t' when its acquire returns; t' − t. {rounds} rounds × {k} hand-offs per cell, the order of the cells shuffled in every round; the hold time is random in [2 ms, {} ms] so that releases fall at any phase of a polling waiter. Samples where the waiter had not yet asked when the release came are dropped. × flock = median over rounds of (median of the round / flock's median of the same round).\n",
+        "A holder stamps t just before releasing; the waiter, blocked in another process, stamps t' when its acquire returns; t' − t. The holder reports t only after the waiter has answered, so that nothing wakes the coordinator during the hand-off. {rounds} rounds × {k} hand-offs per cell, the order of the cells shuffled in every round; the hold time is random in [2 ms, {} ms] so that releases fall at any phase of a polling waiter. Samples where the waiter had not yet asked when the release came are dropped. × flock = median over rounds of (median of the round / flock's median of the same round).\n",
         if quick() { 4 } else { 12 }
     );
     let mut rng = Rng::new();
