@@ -738,6 +738,9 @@ fn contention() {
         ]);
     }
     t.print();
+    // Lost increments are mutual-exclusion violations: a failed benchmark, not a number.
+    let lost: i64 = cells.iter().map(|c| c.lost).sum();
+    assert_eq!(lost, 0, "contended writers lost {lost} increments");
 }
 
 // ---------------------------------------------------------------------------------
