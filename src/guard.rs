@@ -423,6 +423,8 @@ mod heartbeat {
         files: Vec<Weak<Held>>,
         /// The thread's current period; `None` while it has nothing to do.
         period: Option<Duration>,
+        /// How many files were left after the last pruning.
+        pruned_len: usize,
     }
 
     struct Shared {
@@ -444,11 +446,21 @@ mod heartbeat {
                 state: Mutex::new(State {
                     files: Vec::new(),
                     period: None,
+                    pruned_len: 0,
                 }),
                 wake,
             }
         });
         let mut state = shared.state.lock();
+        // Drop released files now and then (amortised O(1)), so that the list is bounded
+        // by the number of files held, not by the rate of acquisitions.
+        if state.files.len() >= state.pruned_len.saturating_mul(2).max(64) {
+            state.files.retain(|w| {
+                w.upgrade()
+                    .is_some_and(|h| !h.released.load(Ordering::Relaxed))
+            });
+            state.pruned_len = state.files.len();
+        }
         state.files.push(Arc::downgrade(held));
         if state.period.is_none_or(|p| held.period() < p) {
             state.period = Some(held.period());

@@ -98,10 +98,11 @@ fn start(dir: &impl AsFd) -> Option<Arc<Watcher>> {
     inotify
         .add_watch(
             path.as_str(),
-            AddWatchFlags::IN_CREATE
-                | AddWatchFlags::IN_DELETE
+            // Every wait in the protocol ends with a file going away (a writer, a queued
+            // writer, a reader, a breaker): creations never unblock anyone, so they are
+            // not watched, and neither are the names no one waits for (below).
+            AddWatchFlags::IN_DELETE
                 | AddWatchFlags::IN_MOVED_FROM
-                | AddWatchFlags::IN_MOVED_TO
                 | AddWatchFlags::IN_DELETE_SELF
                 | AddWatchFlags::IN_ONLYDIR,
         )
@@ -129,7 +130,9 @@ fn run(inotify: Inotify, watcher: Arc<Watcher>) {
                 if gone {
                     break;
                 }
-                watcher.broadcast();
+                if events.iter().any(wakes_waiters) {
+                    watcher.broadcast();
+                }
             }
             Err(Errno::EINTR) => continue,
             Err(_) => break,
@@ -138,6 +141,23 @@ fn run(inotify: Inotify, watcher: Arc<Watcher>) {
     // The directory went away (or inotify failed): wake everyone, fall back to polling.
     watcher.dead.store(true, Ordering::Relaxed);
     watcher.broadcast();
+}
+
+/// Whether an event can end someone's wait: the removal of a lock file other than a
+/// temporary file or a fencing token (or an overflow, after which anything may have
+/// happened).
+fn wakes_waiters(e: &nix::sys::inotify::InotifyEvent) -> bool {
+    if e.mask.contains(AddWatchFlags::IN_Q_OVERFLOW) {
+        return true;
+    }
+    let Some(name) = e.name.as_ref() else {
+        return true;
+    };
+    use std::os::unix::ffi::OsStrExt as _;
+    !matches!(
+        crate::names::LockName::parse(name.as_bytes()),
+        Some(crate::names::LockName::Tmp { .. } | crate::names::LockName::Token(_)) | None
+    )
 }
 
 #[cfg(test)]
@@ -150,10 +170,11 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let fd = std::fs::File::open(dir.path()).expect("open dir");
         let sub = subscribe(&fd).expect("inotify available");
-        let path = dir.path().join("x");
+        let path = dir.path().join(".master_lock");
+        std::fs::write(&path, b"x").expect("write");
         let t = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(50));
-            std::fs::write(path, b"x").expect("write");
+            std::fs::remove_file(path).expect("remove");
         });
         let start = Instant::now();
         sub.wait(Duration::from_secs(20));

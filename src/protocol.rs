@@ -58,8 +58,11 @@ struct Attempt<'a> {
     want: Kind,
     /// Our own pending file, never named as the one in our way.
     exclude: Option<LockName>,
-    /// Wakes us on changes in the state directory (local changes only).
+    /// Wakes us on changes in the state directory (local changes only); made at the
+    /// first pause, so that an acquisition that never waits costs no watch.
     wake: Option<Subscription>,
+    /// Whether we already tried to subscribe.
+    subscribed: bool,
 }
 
 impl<'a> Attempt<'a> {
@@ -72,17 +75,27 @@ impl<'a> Attempt<'a> {
             backoff: Backoff::new(cfg.min_poll, cfg.max_poll),
             want,
             exclude: None,
-            wake: match deadline {
-                Deadline::Once => None,
-                _ => notify::subscribe(sd.fd()),
-            },
+            wake: None,
+            subscribed: false,
         }
     }
 
     /// Sleeps one back-off step; `Err(())` when the deadline forbids it. The caller
     /// undoes its own files, then calls [`Attempt::give_up`].
     fn sleep(&mut self) -> std::result::Result<(), ()> {
-        if !self.cancelled() && self.backoff.sleep(self.deadline, self.wake.as_ref()) {
+        if self.cancelled() {
+            return Err(());
+        }
+        if !self.subscribed && self.deadline != Deadline::Once {
+            // Subscribe only when we must wait, then look again at once: a change made
+            // before the subscription existed would otherwise be missed.
+            self.subscribed = true;
+            self.wake = notify::subscribe(self.sd.fd());
+            if self.wake.is_some() {
+                return Ok(());
+            }
+        }
+        if self.backoff.sleep(self.deadline, self.wake.as_ref()) {
             Ok(())
         } else {
             Err(())
