@@ -133,8 +133,8 @@ fn exec_error(program: OsString, source: io::Error) -> Error {
     Error::Exec { program, source }
 }
 
-/// The paths `execvp` would try for `program`, checked now: at least one must be an
-/// executable file.
+/// The paths `execvp` would try for `program`, from the first executable file on,
+/// checked now: there must be one.
 fn resolve(program: &OsStr) -> Result<Vec<PathBuf>, Error> {
     let not_found = || {
         exec_error(
@@ -163,10 +163,12 @@ fn resolve(program: &OsStr) -> Result<Vec<PathBuf>, Error> {
             .collect()
     };
     let mut found_unusable: Option<io::Error> = None;
-    for c in &candidates {
+    for (i, c) in candidates.iter().enumerate() {
         match std::fs::metadata(c) {
             Ok(m) if m.is_file() && executable(c, m.permissions().mode()) => {
-                return Ok(candidates);
+                // The child starts its search here: the names before were just found
+                // missing or unusable (each failed execve costs a path walk).
+                return Ok(candidates[i..].to_vec());
             }
             Ok(m) if m.is_dir() => {
                 found_unusable.get_or_insert(io::Error::from_raw_os_error(libc::EISDIR));

@@ -188,6 +188,20 @@ fn acquire(
     exit_rx: &Receiver<nix::Result<WaitStatus>>,
 ) -> Result<Guard, Error> {
     let wait = args.wait();
+    // One attempt here first: it never sleeps, and a free lock (the common case) then
+    // needs no thread.
+    let first = match mode {
+        Mode::Read => lock.try_read().map(Guard::Read),
+        Mode::Write => lock.try_write().map(Guard::Write),
+    };
+    match first {
+        Ok(guard) => return Ok(guard),
+        Err(e @ rwdir::Error::WouldBlock { .. }) if wait == Some(Duration::ZERO) => {
+            return Err(Error::Lock(e));
+        }
+        Err(rwdir::Error::WouldBlock { .. }) => {}
+        Err(e) => return Err(Error::Lock(e)),
+    }
     let (tx, rx) = crossbeam_channel::bounded(1);
     let taker = lock.clone();
     std::thread::Builder::new()
