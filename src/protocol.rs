@@ -227,7 +227,7 @@ pub(crate) fn write(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<(
     let mut pending = queue(&at)?;
     at.exclude = Some(pending.name);
     // W2: wait for our turn, then create the one exclusive `.master_lock`.
-    let master = match wait_turn(&mut at, &mut pending) {
+    let (master, hint) = match wait_turn(&mut at, &mut pending) {
         Ok(m) => m,
         Err(e) => {
             let _ = sd.unlink(&pending.close());
@@ -240,15 +240,25 @@ pub(crate) fn write(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<(
         e
     };
     sd.unlink(&pending.close()).map_err(undo)?;
-    // W4 (T1, T2)
-    let token = allocate_token(&at).map_err(undo)?;
+    // W4 (T1, T2), T1 from W2's last listing: made just before our `.master_lock`
+    // existed, it can only be older than a fresh one, and a stale hint shows up below.
+    let (mut token, mut fresh) = allocate_token(&at, Some(hint)).map_err(undo)?;
     // W5: wait until the readers drain. The first listing also serves T3 and T4 of the
     // token allocation: it is made after our `.token-<n>` exists.
     let mut first = true;
     loop {
         let l = sd.list().map_err(undo)?;
-        if std::mem::take(&mut first) {
-            // T3
+        if first {
+            // T3. With the hint, a higher token can also mean that grants completed
+            // between W2's listing and our `.master_lock` (and one removed the token we
+            // then made again): allocate once more from a fresh listing, which can only
+            // give a higher token. Only a fresh T1 followed by a higher token means that
+            // another writer was granted the lock after us.
+            if !fresh && l.tokens.iter().any(|&k| k > token) {
+                (token, fresh) = allocate_token(&at, None).map_err(undo)?;
+                continue;
+            }
+            first = false;
             if l.tokens.iter().any(|&k| k > token) {
                 let _ = sd.unlink(&LockName::Master);
                 return Err(Error::LockLost {
@@ -309,7 +319,9 @@ fn queue(at: &Attempt<'_>) -> Result<Own> {
 }
 
 /// W2.
-fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<Own> {
+/// Returns our `.master_lock` and the highest token of the listing that let us create
+/// it: a hint for T1 (see [`allocate_token`]).
+fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<(Own, u64)> {
     let (sd, cfg) = (at.sd, at.cfg);
     loop {
         let l = sd.list()?;
@@ -350,18 +362,28 @@ fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<Own> {
             continue;
         }
         if let Some(master) = at.put(LockName::Master, Kind::Write)? {
-            return Ok(master);
+            let hint = l.tokens.last().copied().unwrap_or(0);
+            #[cfg(test)]
+            let hint = tests::STALE_HINT.with(|h| h.take()).unwrap_or(hint);
+            return Ok((master, hint));
         }
     }
 }
 
 /// T1–T2: the next fencing token, allocated while holding `.master_lock`. T3 and T4 are
 /// done on the first listing of W5, which follows at once.
-fn allocate_token(at: &Attempt<'_>) -> Result<u64> {
+///
+/// `hint` stands for T1's listing when the caller has a recent one. Returns the token and
+/// whether it came from a fresh T1 listing.
+fn allocate_token(at: &Attempt<'_>, mut hint: Option<u64>) -> Result<(u64, bool)> {
     let sd = at.sd;
     loop {
         // T1
-        let n = sd.list()?.tokens.last().copied().unwrap_or(0);
+        let fresh = hint.is_none();
+        let n = match hint.take() {
+            Some(n) => n,
+            None => sd.list()?.tokens.last().copied().unwrap_or(0),
+        };
         // `.token-18446744073709551615` is never reached by counting (someone planted
         // it): there is no next token, and T2 would find the name taken for ever.
         let Some(next) = n.checked_add(1) else {
@@ -376,7 +398,7 @@ fn allocate_token(at: &Attempt<'_>) -> Result<u64> {
         };
         // T2
         if at.put(LockName::Token(next), Kind::Token)?.is_some() {
-            return Ok(next);
+            return Ok((next, fresh));
         }
     }
 }
@@ -556,4 +578,57 @@ fn blocker(sd: &StateDir, cfg: &Config, want: Kind, exclude: Option<&LockName>) 
 /// Opens the state directory.
 pub(crate) fn open_state(cfg: &Config, create: bool) -> Result<Option<StateDir>> {
     StateDir::open(&cfg.dir, cfg.state_dir.as_deref(), create)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    thread_local! {
+        /// Makes this thread's next W2 hand T1 a stale hint, as if grants had completed
+        /// between W2's listing and our `.master_lock`.
+        pub(super) static STALE_HINT: std::cell::Cell<Option<u64>> =
+            const { std::cell::Cell::new(None) };
+    }
+
+    fn config(dir: &std::path::Path) -> Config {
+        Config {
+            dir: dir.to_path_buf(),
+            state_dir: None,
+            lease: Duration::from_secs(45),
+            min_poll: Duration::from_millis(1),
+            max_poll: Duration::from_millis(10),
+            pgid: 0,
+            cancel: None,
+        }
+    }
+
+    /// Grants that completed between W2's listing and our `.master_lock` make the hint
+    /// stale; the write must still end with a token above every existing one.
+    #[test]
+    fn a_stale_token_hint_is_corrected_upwards() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cfg = config(dir.path());
+        let sd = open_state(&cfg, true).expect("open").expect("state dir");
+        // A later grant took token 9 and removed the lower ones.
+        let at = Attempt::new(&sd, &cfg, Deadline::Once, Kind::Write);
+        assert!(
+            at.put(LockName::Token(9), Kind::Token)
+                .expect("put")
+                .is_some()
+        );
+        // With a hint from before it (3), T2 succeeds at 4: not fresh.
+        assert_eq!(allocate_token(&at, Some(3)).expect("allocate"), (4, false));
+        // A whole write with a stale hint whose next number is free: T2 makes
+        // `.token-5` (not fresh), W5 sees 9 > 5 and allocates again from a fresh listing.
+        STALE_HINT.with(|h| h.set(Some(4)));
+        let (own, token) = write(&sd, &cfg, Deadline::Once).expect("write");
+        assert_eq!(token, 10);
+        assert!(STALE_HINT.with(|h| h.get()).is_none(), "the hint was used");
+        // T4 removed the lower tokens, the stale one included.
+        assert_eq!(sd.list().expect("list").tokens, vec![10]);
+        drop(own);
+        // Fresh allocation: above everything.
+        assert_eq!(allocate_token(&at, None).expect("allocate"), (11, true));
+    }
 }
