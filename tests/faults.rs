@@ -18,13 +18,14 @@ mod common;
 mod util;
 
 use std::fs;
-use std::io::{ErrorKind, Read};
+use std::io::ErrorKind;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::run::{Ran, Report as _};
+use common::state;
 use nix::libc;
 use rwdir::{DirLock, Error};
 
@@ -34,14 +35,7 @@ const DIR_ENV: &str = "RWDIR_FAULTS_DIR";
 
 #[test]
 fn child_entry() {
-    match std::env::var(ROLE_ENV).as_deref() {
-        Ok("emfile") => {
-            emfile_child();
-            std::process::exit(0);
-        }
-        Ok(other) => panic!("unknown role {other}"),
-        Err(_) => common::child_entry(),
-    }
+    common::child_entry_with(ROLE_ENV, &[("emfile", emfile_child)]);
 }
 
 /// A short lease, so that the heartbeat (every lease/3) notices a loss quickly.
@@ -50,15 +44,7 @@ const LEASE: Duration = Duration::from_millis(600);
 const BOUND: Duration = Duration::from_secs(60);
 
 fn lib(dir: &Path) -> DirLock {
-    DirLock::builder(dir)
-        .lease(LEASE)
-        .poll_interval(Duration::from_millis(1), Duration::from_millis(20))
-        .build()
-        .expect("build lock")
-}
-
-fn state(dir: &Path) -> PathBuf {
-    dir.join(".rwdir")
+    common::lock_with_lease(dir, LEASE)
 }
 
 /// The names in DIR/.rwdir that are not fencing tokens.
@@ -81,78 +67,9 @@ fn errno(e: &Error) -> Option<i32> {
 // ---------------------------------------------------------------------------------
 // Running the command
 
-/// A finished run of `rwdir`.
-#[derive(Debug)]
-struct Ran {
-    line: String,
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-}
-
-impl Ran {
-    fn report(&self) -> String {
-        format!(
-            "\n--- command\n{}\n--- status\n{:?}\n--- stdout\n{}\n--- stderr\n{}\n---",
-            self.line, self.status, self.stdout, self.stderr
-        )
-    }
-
-    #[track_caller]
-    fn expect(&self, code: i32) -> &Ran {
-        if self.status.code() != Some(code) {
-            panic!("expected exit code {code}{}", self.report());
-        }
-        self
-    }
-
-    #[track_caller]
-    fn check(&self, cond: bool, what: &str) -> &Ran {
-        if !cond {
-            panic!("{what}{}", self.report());
-        }
-        self
-    }
-}
-
-fn drain(r: Option<impl Read + Send + 'static>) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    if let Some(mut r) = r {
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            let _ = r.read_to_end(&mut buf);
-            let _ = tx.send(String::from_utf8_lossy(&buf).into_owned());
-        });
-    }
-    rx
-}
-
 /// Runs `cmd` with stdin closed; kills it and fails after [`BOUND`].
-fn run(mut cmd: Command, line: String) -> Ran {
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {line}: {e}"));
-    let out = drain(child.stdout.take());
-    let err = drain(child.stderr.take());
-    let start = Instant::now();
-    let status = loop {
-        if let Some(st) = child.try_wait().expect("wait") {
-            break st;
-        }
-        if start.elapsed() > BOUND {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{line}: still running after {BOUND:?}");
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    Ran {
-        line,
-        status,
-        stdout: out.recv_timeout(BOUND).unwrap_or_default(),
-        stderr: err.recv_timeout(BOUND).unwrap_or_default(),
-    }
+fn run(cmd: Command, line: String) -> Ran {
+    common::run::run(cmd, line, BOUND)
 }
 
 /// `rwdir ARGS...`.

@@ -18,15 +18,15 @@ mod util;
 use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::fs;
-use std::io::Read;
 use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
+use common::run::{Report, drain};
 use nix::libc;
 use rwdir::{DirLock, Error, Holder, Kind};
 use util::Dir;
@@ -37,18 +37,7 @@ const ROLE_ENV: &str = "RWDIR_HOSTILE_CLI_ROLE";
 
 #[test]
 fn child_entry() {
-    match std::env::var(ROLE_ENV).as_deref() {
-        Ok("ops") => {
-            ops_child();
-            std::process::exit(0);
-        }
-        Ok("measure") => {
-            measure_child();
-            std::process::exit(0);
-        }
-        Ok(other) => panic!("unknown role {other}"),
-        Err(_) => common::child_entry(),
-    }
+    common::child_entry_with(ROLE_ENV, &[("ops", ops_child), ("measure", measure_child)]);
 }
 
 /// The lease every run here uses (`--lease 1`), and an age well past it.
@@ -59,21 +48,7 @@ const OLD: Duration = Duration::from_secs(10);
 const BOUND: Duration = Duration::from_secs(60);
 
 fn lib(dir: &Path) -> DirLock {
-    DirLock::builder(dir)
-        .lease(LEASE)
-        .poll_interval(Duration::from_millis(1), Duration::from_millis(20))
-        .build()
-        .expect("build lock")
-}
-
-fn now_ns() -> u64 {
-    u64::try_from(
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .expect("time")
-            .as_nanos(),
-    )
-    .expect("ns")
+    common::lock_with_lease(dir, LEASE)
 }
 
 fn is_root() -> bool {
@@ -96,7 +71,11 @@ struct Ran {
     listing: String,
 }
 
-impl Ran {
+impl Report for Ran {
+    fn exit_status(&self) -> ExitStatus {
+        self.status
+    }
+
     fn report(&self) -> String {
         format!(
             "\n--- command\n{}\n--- status\n{:?} after {:.3} s, peak RSS {} KiB\n--- directory after the run\n{}--- stdout\n{}\n--- stderr\n{}\n---",
@@ -109,23 +88,9 @@ impl Ran {
             self.stderr
         )
     }
+}
 
-    #[track_caller]
-    fn expect(&self, code: i32) -> &Ran {
-        if self.status.code() != Some(code) {
-            panic!("expected exit code {code}{}", self.report());
-        }
-        self
-    }
-
-    #[track_caller]
-    fn check(&self, cond: bool, what: &str) -> &Ran {
-        if !cond {
-            panic!("{what}{}", self.report());
-        }
-        self
-    }
-
+impl Ran {
     /// Exit 0 means the lock was taken, 75 that it was busy; anything else fails.
     #[track_caller]
     fn busy(&self) -> bool {
@@ -146,18 +111,6 @@ fn truncate(s: &str) -> String {
         cut -= 1;
     }
     format!("{}... ({} bytes)", &s[..cut], s.len())
-}
-
-fn drain(r: Option<impl Read + Send + 'static>) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    if let Some(mut r) = r {
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            let _ = r.read_to_end(&mut buf);
-            let _ = tx.send(String::from_utf8_lossy(&buf).into_owned());
-        });
-    }
-    rx
 }
 
 /// Waits for our child `pid` within [`BOUND`], killing it with SIGKILL if it takes
@@ -394,11 +347,7 @@ fn lib_as(who: &As, dir: &Path, ops: &str) -> Vec<String> {
     let line = format!("{} (library: {ops})", who.prefix.join(" "));
     let ran = run_bounded(cmd, line, dir);
     ran.expect(0);
-    let answers: Vec<String> = ran
-        .stdout
-        .lines()
-        .filter_map(|l| l.find("@@ ").map(|i| l[i + 3..].to_string()))
-        .collect();
+    let answers = common::replies(&ran.stdout);
     ran.check(
         answers.len() == ops.split(',').count(),
         "one answer per library op",
@@ -1287,7 +1236,7 @@ fn plant_dead_crowd(st: &Path, dead: &Holder) {
         let name = format!(".slave_lock-{}", Uuid::new_v4());
         common::plant(&st.join(name), forge(dead, Kind::Read).as_bytes());
     }
-    let ns = now_ns() - 1_000_000_000;
+    let ns = common::now_ns() - 1_000_000_000;
     for i in 0..PENDING as u64 {
         let name = format!(".pending_lock-{}-{}", Uuid::new_v4(), ns + i);
         common::plant(&st.join(name), forge(dead, Kind::Pending).as_bytes());

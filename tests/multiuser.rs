@@ -17,7 +17,7 @@ mod common;
 mod util;
 
 use std::fs;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, mpsc};
 use std::time::{Duration, Instant};
 
+use common::run::{Ran, Report as _};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use rwdir::{DirLock, Error};
@@ -35,29 +36,14 @@ const ARG_ENV: &str = "RWDIR_MULTIUSER_ARG";
 
 #[test]
 fn child_entry() {
-    match std::env::var(ROLE_ENV).as_deref() {
-        Ok("ops") => {
-            ops_child();
-            std::process::exit(0);
-        }
-        Ok("hold") => {
-            hold_child();
-            std::process::exit(0);
-        }
-        Ok(other) => panic!("unknown role {other}"),
-        Err(_) => common::child_entry(),
-    }
+    common::child_entry_with(ROLE_ENV, &[("ops", ops_child), ("hold", hold_child)]);
 }
 
 /// The bound for anything that should happen soon: generous; only a failure waits it.
 const LONG: Duration = Duration::from_secs(60);
 
 fn lib(dir: &Path) -> DirLock {
-    DirLock::builder(dir)
-        .lease(Duration::from_secs(1))
-        .poll_interval(Duration::from_millis(1), Duration::from_millis(20))
-        .build()
-        .expect("build lock")
+    common::lock_with_lease(dir, Duration::from_secs(1))
 }
 
 // ---------------------------------------------------------------------------------
@@ -230,79 +216,10 @@ impl Drop for Team {
 // ---------------------------------------------------------------------------------
 // Running things
 
-/// A finished run.
-#[derive(Debug)]
-struct Ran {
-    line: String,
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-}
-
-impl Ran {
-    fn report(&self) -> String {
-        format!(
-            "\n--- command\n{}\n--- status\n{:?}\n--- stdout\n{}\n--- stderr\n{}\n---",
-            self.line, self.status, self.stdout, self.stderr
-        )
-    }
-
-    #[track_caller]
-    fn expect(&self, code: i32) -> &Ran {
-        if self.status.code() != Some(code) {
-            panic!("expected exit code {code}{}", self.report());
-        }
-        self
-    }
-
-    #[track_caller]
-    fn check(&self, cond: bool, what: &str) -> &Ran {
-        if !cond {
-            panic!("{what}{}", self.report());
-        }
-        self
-    }
-}
-
-fn drain(r: Option<impl Read + Send + 'static>) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    if let Some(mut r) = r {
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            let _ = r.read_to_end(&mut buf);
-            let _ = tx.send(String::from_utf8_lossy(&buf).into_owned());
-        });
-    }
-    rx
-}
-
-/// Runs `cmd` with stdin closed; kills it and fails after [`LONG`].
+/// Runs `cmd` in `/` with stdin closed; kills it and fails after [`LONG`].
 fn run(mut cmd: Command, line: String) -> Ran {
-    cmd.current_dir("/")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {line}: {e}"));
-    let out = drain(child.stdout.take());
-    let err = drain(child.stderr.take());
-    let start = Instant::now();
-    let status = loop {
-        if let Some(st) = child.try_wait().expect("wait") {
-            break st;
-        }
-        if start.elapsed() > LONG {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{line}: still running after {LONG:?}");
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    Ran {
-        line,
-        status,
-        stdout: out.recv_timeout(LONG).unwrap_or_default(),
-        stderr: err.recv_timeout(LONG).unwrap_or_default(),
-    }
+    cmd.current_dir("/");
+    common::run::run(cmd, line, LONG)
 }
 
 /// A process holding a lock as some user until told to go (its stdin closes) or
@@ -324,20 +241,11 @@ impl Holding {
         let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {line}: {e}"));
         let stdin = child.stdin.take();
         let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for l in BufReader::new(stdout).lines() {
-                let Ok(l) = l else { break };
-                if tx.send(l).is_err() {
-                    break;
-                }
-            }
-        });
         let h = Holding {
             child,
             stdin,
             line,
-            lines: rx,
+            lines: common::run::lines(stdout),
         };
         h.wait_for("held");
         h
@@ -446,11 +354,7 @@ fn lib_as(team: &Team, user: &User, umask: &str, dir: &Path, ops: &str) -> Vec<S
         .env(ARG_ENV, ops);
     let r = run(c, format!("[{}] library {ops}", user.name));
     r.expect(0);
-    let answers: Vec<String> = r
-        .stdout
-        .lines()
-        .filter_map(|l| l.find("@@ ").map(|i| l[i + 3..].to_string()))
-        .collect();
+    let answers = common::replies(&r.stdout);
     r.check(answers.len() == ops.split(',').count(), "one answer per op");
     answers
 }

@@ -10,7 +10,7 @@ mod common;
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::Path;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use common::{Child, LONG, assert_only_token, lock, names, plant, state, tempdir, wait_until};
 use rwdir::{DirLock, Holder, Kind, Liveness};
@@ -31,16 +31,6 @@ fn slow_poll_lock(dir: &Path) -> DirLock {
         .poll_interval(Duration::from_secs(5), Duration::from_secs(5))
         .build()
         .expect("build lock")
-}
-
-fn now_ns() -> u64 {
-    u64::try_from(
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .expect("time")
-            .as_nanos(),
-    )
-    .expect("ns")
 }
 
 /// The holder record of a child's reader file.
@@ -191,7 +181,7 @@ fn dead_breakers_markers_and_temporaries_are_recovered() {
     // Breakers that died at B1..B3, older and younger than anyone now, and a
     // temporary file of a `put` that died before its `link`.
     let old = break_name(1);
-    let young = break_name(now_ns() + 3_600_000_000_000);
+    let young = break_name(common::now_ns() + 3_600_000_000_000);
     plant(&st.join(&old), forge(&dead, Kind::Break).as_bytes());
     plant(&st.join(&young), forge(&dead, Kind::Break).as_bytes());
     let tmp = format!(".tmp-{}", Uuid::new_v4());
@@ -229,7 +219,7 @@ fn a_live_breaker_is_waited_for() {
     w.ok("write");
     w.kill();
     plant(
-        &st.join(break_name(now_ns())),
+        &st.join(break_name(common::now_ns())),
         forge(&live, Kind::Break).as_bytes(),
     );
 
@@ -330,7 +320,7 @@ fn cleanup_removes_only_dead_holders_files() {
     let mut a = Child::spawn("A", dir.path());
     a.ok("read");
     let live = reader_record(&lk, a.pid());
-    let live_pending = pending_name(now_ns());
+    let live_pending = pending_name(common::now_ns());
     plant(
         &st.join(&live_pending),
         forge(&live, Kind::Pending).as_bytes(),
@@ -347,8 +337,8 @@ fn cleanup_removes_only_dead_holders_files() {
     let mut expect: BTreeSet<String> = dead_reader_file.into_iter().collect();
     for (name, kind) in [
         (slave_name(), Kind::Read),
-        (pending_name(now_ns()), Kind::Pending),
-        (break_name(now_ns()), Kind::Break),
+        (pending_name(common::now_ns()), Kind::Pending),
+        (break_name(common::now_ns()), Kind::Break),
         (format!(".tmp-{}", Uuid::new_v4()), Kind::Write),
         (".master_lock".to_string(), Kind::Write),
     ] {

@@ -14,16 +14,18 @@
 use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::fs;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, Write};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use rwdir::{DirLock, Error, ReadGuard, WriteGuard};
+
+pub mod run;
 
 /// The bound for anything that should happen "soon": generous, because CI machines
 /// are small and busy. Only a failing test ever waits this long.
@@ -57,6 +59,26 @@ pub fn lock(dir: &Path) -> DirLock {
         .poll_interval(Duration::from_millis(1), Duration::from_millis(20))
         .build()
         .expect("build lock")
+}
+
+/// A lock with fast polling and the given lease.
+pub fn lock_with_lease(dir: &Path, lease: Duration) -> DirLock {
+    DirLock::builder(dir)
+        .lease(lease)
+        .poll_interval(Duration::from_millis(1), Duration::from_millis(20))
+        .build()
+        .expect("build lock")
+}
+
+/// Nanoseconds since the epoch, now.
+pub fn now_ns() -> u64 {
+    u64::try_from(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .expect("time")
+            .as_nanos(),
+    )
+    .expect("ns")
 }
 
 /// `DIR/.rwdir`.
@@ -316,20 +338,11 @@ impl Child {
         let mut proc = cmd.spawn().expect("spawn child process");
         let stdin = proc.stdin.take();
         let stdout = proc.stdout.take().expect("child stdout");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
         let mut child = Child {
             name: name.to_string(),
             proc,
             stdin,
-            lines: rx,
+            lines: run::lines(stdout),
             noise: VecDeque::new(),
             dir: dir.to_path_buf(),
             reaped: false,
@@ -480,6 +493,28 @@ pub fn child_entry() {
         other => panic!("unknown child role {other}"),
     }
     std::process::exit(0);
+}
+
+/// The body of a test file's `#[test] fn child_entry()` when the file has child roles
+/// of its own: runs the role named by `role_env` among `roles`, then exits; without
+/// `role_env`, does what [`child_entry`] does.
+pub fn child_entry_with(role_env: &str, roles: &[(&str, fn())]) {
+    let Ok(role) = std::env::var(role_env) else {
+        return child_entry();
+    };
+    let Some((_, body)) = roles.iter().find(|(name, _)| *name == role) else {
+        panic!("unknown role {role} ({role_env})");
+    };
+    body();
+    std::process::exit(0);
+}
+
+/// The answers in a child's stdout: what follows `@@ ` on each line that has it.
+pub fn replies(stdout: &str) -> Vec<String> {
+    stdout
+        .lines()
+        .filter_map(|l| l.find(REPLY).map(|i| l[i + REPLY.len()..].to_string()))
+        .collect()
 }
 
 fn env_path(key: &str) -> Option<PathBuf> {
