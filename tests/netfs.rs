@@ -722,6 +722,36 @@ fn stress_two_hosts_cache_no() {
 /// resolution) plus the 1 s margin rwdir adds on remote filesystems.
 const SHORT_LEASE: Duration = Duration::from_secs(25);
 
+/// Freezes the holder `pid` (SIGSTOP), starts a taker on host B, waits up to three
+/// leases for its answer, and resumes `pid`. Returns the holder's last heartbeat as the
+/// server recorded it, the taker, its answer, and when `pid` was resumed.
+fn freeze_and_take(
+    rig: &Rig,
+    name: &str,
+    out: &Path,
+    pid: Pid,
+) -> (u128, Worker, Vec<String>, u128) {
+    kill(pid, Signal::SIGSTOP).expect("SIGSTOP");
+    let master = rig.export.join(name).join(".rwdir/.master_lock");
+    let last_beat = server_mtime_ns(&master);
+    let taker = spawn(
+        rig,
+        Spec {
+            host: "hostb",
+            net: None,
+            role: "take",
+            name: "taker",
+            dir: &rig.b.join(name),
+            out,
+            lease: SHORT_LEASE,
+            env: vec![],
+        },
+    );
+    let answer = taker.wait_for(&["granted", "error"], SHORT_LEASE * 3);
+    let _ = kill(pid, Signal::SIGCONT);
+    (last_beat, taker, answer, now_ns())
+}
+
 /// The checks common to a take-over: the taker was granted no sooner than `lease` after
 /// the last heartbeat the server saw (`last_beat`), and not much later; while it waited
 /// every status sample showed the old holder, judged `Unknown`.
@@ -854,26 +884,8 @@ fn frozen_holder_loses_the_lock_and_notices() {
     let g1 = holder.wait_for(&["granted", "error"], Duration::from_secs(30));
     assert_eq!(g1[0], "granted", "{g1:?}");
     let pid = Pid::from_raw(holder.global_pid());
-    kill(pid, Signal::SIGSTOP).expect("SIGSTOP");
-    let master = rig.export.join(name).join(".rwdir/.master_lock");
-    let last_beat = server_mtime_ns(&master);
-    let taker = spawn(
-        &rig,
-        Spec {
-            host: "hostb",
-            net: None,
-            role: "take",
-            name: "taker",
-            dir: &rig.b.join(name),
-            out: &out,
-            lease: SHORT_LEASE,
-            env: vec![],
-        },
-    );
-    let g2 = taker.wait_for(&["granted", "error"], SHORT_LEASE * 3);
-    let _ = kill(pid, Signal::SIGCONT);
+    let (last_beat, taker, g2, resumed) = freeze_and_take(&rig, name, &out, pid);
     assert_eq!(g2[0], "granted", "{g2:?}");
-    let resumed = now_ns();
     check_takeover("frozen holder", &taker, field(&g2, 2), last_beat, "hosta");
     let lost = holder.wait_for(&["lost", "released", "expired"], Duration::from_secs(30));
     assert_eq!(lost[0], "lost", "{lost:?}");
@@ -1065,25 +1077,7 @@ fn frozen_cli_holder_gets_its_command_stopped() {
         .expect("RWDIR_TOKEN");
     // Freeze rwdir itself (its heartbeat), not COMMAND, which goes on working.
     let pid = Pid::from_raw(find_pid(Path::new(rwdir), &tag));
-    kill(pid, Signal::SIGSTOP).expect("SIGSTOP");
-    let master = rig.export.join(name).join(".rwdir/.master_lock");
-    let last_beat = server_mtime_ns(&master);
-    let taker = spawn(
-        &rig,
-        Spec {
-            host: "hostb",
-            net: None,
-            role: "take",
-            name: "taker",
-            dir: &rig.b.join(name),
-            out: &out,
-            lease: SHORT_LEASE,
-            env: vec![],
-        },
-    );
-    let g2 = taker.wait_for(&["granted", "error"], SHORT_LEASE * 3);
-    let _ = kill(pid, Signal::SIGCONT);
-    let resumed = now_ns();
+    let (last_beat, taker, g2, resumed) = freeze_and_take(&rig, name, &out, pid);
     assert_eq!(g2[0], "granted", "{g2:?}");
     check_takeover(
         "frozen rwdir write",
