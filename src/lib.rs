@@ -104,6 +104,7 @@
 
 mod error;
 mod fsops;
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 mod guard;
