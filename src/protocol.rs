@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
-use crate::fsops::{Created, Judged, StateDir};
+use crate::fsops::{Created, Judged, Spare, StateDir};
 use crate::holder::{Holder, Kind};
 use crate::names::LockName;
 use crate::notify::{self, Subscription};
@@ -63,6 +63,11 @@ struct Attempt<'a> {
     wake: Option<Subscription>,
     /// Whether we already tried to subscribe.
     subscribed: bool,
+    /// Anonymous files made before sleeping, for the `put`s that follow a wake-up (see
+    /// [`crate::fsops::Spare`]).
+    spares: std::cell::RefCell<Vec<Spare>>,
+    /// How many spares a wake-up may need now (none once a writer waits for readers).
+    spares_wanted: usize,
 }
 
 impl<'a> Attempt<'a> {
@@ -77,6 +82,25 @@ impl<'a> Attempt<'a> {
             exclude: None,
             wake: None,
             subscribed: false,
+            spares: std::cell::RefCell::new(Vec::new()),
+            spares_wanted: match want {
+                Kind::Write => 2,
+                _ => 1,
+            },
+        }
+    }
+
+    /// Makes the files the `put`s after a wake-up will need, so that a hand-off does not
+    /// wait for inode creation: a writer's `.master_lock` and `.token-n`, a reader's
+    /// `.slave_lock-*`. Best effort, local filesystems only; made once per wait.
+    fn prepare_spares(&self) {
+        let mut spares = self.spares.borrow_mut();
+        spares.truncate(self.spares_wanted);
+        while spares.len() < self.spares_wanted {
+            match self.sd.spare() {
+                Some(s) => spares.push(s),
+                None => break,
+            }
         }
     }
 
@@ -94,6 +118,9 @@ impl<'a> Attempt<'a> {
             if self.wake.is_some() {
                 return Ok(());
             }
+        }
+        if self.deadline != Deadline::Once {
+            self.prepare_spares();
         }
         if self.backoff.sleep(self.deadline, self.wake.as_ref()) {
             Ok(())
@@ -132,7 +159,8 @@ impl<'a> Attempt<'a> {
     /// file at a fresh uuid's name) is retried with a new uuid by the caller.
     fn put(&self, name: LockName, kind: Kind) -> Result<Option<Own>> {
         let holder = record(self.cfg, kind);
-        Ok(self.sd.put(&name, &holder)?.map(|created| Own {
+        let spare = self.spares.borrow_mut().pop();
+        Ok(self.sd.put_with(&name, &holder, spare)?.map(|created| Own {
             name,
             created,
             nonce: holder.nonce,
@@ -234,6 +262,9 @@ pub(crate) fn write(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<(
             return Err(e);
         }
     };
+    // W5 below waits for readers to leave, and nothing it does after a wake-up creates
+    // a file; the token's spare, if any, is used by W4 first.
+    at.spares_wanted = 0;
     // W3: only now, with `.master_lock` blocking readers, leave the queue.
     let undo = |e: Error| {
         let _ = sd.unlink(&LockName::Master);
