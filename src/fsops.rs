@@ -647,15 +647,52 @@ impl StateDir {
                 Err(e) => Err(e).at("read lock file", || self.path_of(name)),
             };
         }
+        Ok(self.names_our_file(name, fd)? && self.in_place()?)
+    }
+
+    /// Local filesystems: whether `name` in the directory we have open still points at
+    /// our file `fd`, wherever that directory is now. [`StateDir::still_ours`] also asks
+    /// whether the directory is still in place.
+    fn names_our_file(&self, name: &LockName, fd: &OwnedFd) -> Result<bool> {
         let own = fstat(fd).at("inspect lock file", || self.path_of(name))?;
-        if own.st_nlink == 0 || !self.in_place()? {
+        if own.st_nlink == 0 {
             return Ok(false);
         }
-        match fstatat(&self.fd, target.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+        match fstatat(
+            &self.fd,
+            name.to_string().as_str(),
+            AtFlags::AT_SYMLINK_NOFOLLOW,
+        ) {
             Ok(st) => Ok(st.st_dev == own.st_dev && st.st_ino == own.st_ino),
             Err(Errno::ENOENT) => Ok(false),
             Err(e) => Err(e).at("inspect lock file", || self.path_of(name)),
         }
+    }
+
+    /// Releases our file `name` (R5, W8) on a local filesystem, in the order that wakes
+    /// waiters soonest: `.master_lock` is removed only if it still points at our file
+    /// `fd` (it is the one reused name), and only then is the state directory asked
+    /// whether it is still in place (a removal in a moved-away directory harms no one).
+    /// `Ok(false)`: the file was not ours any more, or was gone, or (`.master_lock`) the
+    /// directory was moved: the lock had been lost.
+    ///
+    /// `None` on a remote filesystem, where the caller closes its descriptor first (NFS
+    /// would otherwise leave a `.nfsXXXX` file behind) and uses [`StateDir::still_ours`].
+    pub(crate) fn release_local(&self, name: &LockName, fd: &OwnedFd) -> Option<Result<bool>> {
+        if self.is_remote() {
+            return None;
+        }
+        Some((|| {
+            if matches!(name, LockName::Master) && !self.names_our_file(name, fd)? {
+                return Ok(false);
+            }
+            let removed = self.unlink(name)?;
+            match name {
+                LockName::Master => Ok(removed && self.in_place()?),
+                // A reader's name is unique (R5): if it was there, it was ours.
+                _ => Ok(removed),
+            }
+        })())
     }
 
     /// Reads the record of a lock file we just opened. `Ok(None)`: it vanished after the

@@ -90,6 +90,22 @@ impl Held {
         if std::process::id() != self.owner_pid || self.released.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
+        if !self.lost.load(Ordering::Relaxed) {
+            let fd = self.fd.lock().take();
+            if let Some(fd) = fd {
+                if let Some(released) = self.sd.release_local(&self.name, &fd) {
+                    // The descriptor is closed after the removal: that wakes waiters a
+                    // system call sooner.
+                    drop(fd);
+                    return match released? {
+                        true => Ok(()),
+                        false => Err(self
+                            .lost_error("the lock file was removed or replaced by someone else")),
+                    };
+                }
+                *self.fd.lock() = Some(fd);
+            }
+        }
         // W8: `.master_lock` is a reused name: remove it only if it is still ours. A
         // reader's name is unique (R5): if it is there, it is ours.
         let ours = match self.name {
@@ -421,7 +437,8 @@ mod heartbeat {
     /// a registration can never be missed by a thread deciding to sleep for ever.
     struct State {
         files: Vec<Weak<Held>>,
-        /// The thread's current period; `None` while it has nothing to do.
+        /// The thread's current period: the shortest of the files held at the last
+        /// beat (kept while nothing is held); `None` before the first registration.
         period: Option<Duration>,
         /// How many files were left after the last pruning.
         pruned_len: usize,
@@ -476,19 +493,36 @@ mod heartbeat {
         }) else {
             return;
         };
-        let mut next = Some(Instant::now());
+        // When the next beat is due; `None` until the first registration (which may
+        // already have happened, its wake-up taken by the `recv` above).
+        let mut next: Option<Instant> = shared
+            .state
+            .lock()
+            .period
+            .and_then(|p| Instant::now().checked_add(p));
         loop {
             let woken = match next {
                 None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
                 Some(t) => rx.recv_deadline(t),
             };
-            if let Err(RecvTimeoutError::Disconnected) = woken {
-                return;
+            match woken {
+                Err(RecvTimeoutError::Disconnected) => return,
+                Ok(()) => {
+                    // A shorter period was registered: the next beat comes sooner. The
+                    // new file is fresh, so nothing is beaten now (an acquisition must
+                    // not pay for a beat of every held file).
+                    let period = shared.state.lock().period;
+                    if let Some(at) = period.and_then(|p| Instant::now().checked_add(p)) {
+                        next = Some(next.map_or(at, |t| t.min(at)));
+                    }
+                    continue;
+                }
+                Err(RecvTimeoutError::Timeout) if next.is_some_and(|t| Instant::now() < t) => {
+                    continue;
+                }
+                Err(RecvTimeoutError::Timeout) => {}
             }
-            if woken.is_err_and(|_| next.is_some_and(|t| Instant::now() < t)) {
-                continue;
-            }
-            // Due, or a shorter period was registered: beat now.
+            // Due: beat every held file.
             let live: Vec<Arc<Held>> = {
                 let mut state = shared.state.lock();
                 state.files.retain(|w| {
@@ -496,7 +530,12 @@ mod heartbeat {
                         .is_some_and(|h| !h.released.load(Ordering::Relaxed))
                 });
                 let live: Vec<Arc<Held>> = state.files.iter().filter_map(Weak::upgrade).collect();
-                state.period = live.iter().map(|h| h.period()).min();
+                // With nothing held the period stays: the thread then wakes once a
+                // period for nothing, and a later acquisition with the same lease has
+                // no need to wake it.
+                if let Some(p) = live.iter().map(|h| h.period()).min() {
+                    state.period = Some(p);
+                }
                 // A period too long to represent: no beat is ever due.
                 next = state.period.and_then(|p| Instant::now().checked_add(p));
                 live
