@@ -45,7 +45,9 @@ impl Held {
             lost: AtomicBool::new(false),
             released: AtomicBool::new(false),
         });
-        heartbeat::register(&held);
+        if held.cfg.heartbeat {
+            heartbeat::register(&held);
+        }
         held
     }
 
@@ -151,6 +153,16 @@ impl Held {
     fn period(&self) -> Duration {
         (self.cfg.lease / 3).max(Duration::from_millis(50))
     }
+
+    /// One heartbeat now, on the owner's thread (`refresh`): the thread's beat, and then
+    /// the loss it may have found, reported as [`Held::check`] reports it.
+    pub(crate) fn refresh(&self) -> Result<()> {
+        self.heartbeat();
+        if self.lost.load(Ordering::Relaxed) || self.released.load(Ordering::Relaxed) {
+            return self.check();
+        }
+        Ok(())
+    }
 }
 
 impl Drop for Held {
@@ -251,6 +263,38 @@ impl ReadGuard {
         self.held.check()
     }
 
+    /// Refreshes the lock now, as one beat of the background heartbeat does: checks that
+    /// the reader's file is still ours, sets its mtime to now, and checks again.
+    ///
+    /// With [`Builder::background_heartbeat(false)`](crate::Builder::background_heartbeat),
+    /// call it at least every lease/3 while holding the lock, or holders on other hosts
+    /// treat the lock as stale once the lease has passed. With the background heartbeat
+    /// on, it is never needed.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LockLost`], as [`ReadGuard::check`], if the file is gone, was replaced,
+    /// or its filesystem went away; the guard then counts as lost
+    /// ([`ReadGuard::is_lost`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir().expect("a temporary directory");
+    /// let lock = rwdir::DirLock::builder(dir.path())
+    ///     .background_heartbeat(false)
+    ///     .build()?;
+    /// let r = lock.read()?;
+    /// r.refresh()?;
+    /// std::fs::remove_file(r.path()).expect("remove"); // someone removes our file
+    /// assert!(matches!(r.refresh(), Err(rwdir::Error::LockLost { .. })));
+    /// assert!(r.is_lost());
+    /// # Ok::<(), rwdir::Error>(())
+    /// ```
+    pub fn refresh(&self) -> Result<()> {
+        self.held.refresh()
+    }
+
     /// Whether the background heartbeat has found the lock lost (cheap; no system call).
     ///
     /// # Examples
@@ -348,6 +392,37 @@ impl WriteGuard {
     /// ```
     pub fn check(&self) -> Result<()> {
         self.held.check()
+    }
+
+    /// Refreshes the lock now, as one beat of the background heartbeat does: checks that
+    /// `.master_lock` is still ours, sets its mtime to now, and checks again.
+    ///
+    /// With [`Builder::background_heartbeat(false)`](crate::Builder::background_heartbeat),
+    /// call it at least every lease/3 while holding the lock, or holders on other hosts
+    /// treat the lock as stale once the lease has passed. With the background heartbeat
+    /// on, it is never needed.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LockLost`], as [`WriteGuard::check`], if `.master_lock` is gone, was
+    /// replaced, or its filesystem went away; the guard then counts as lost
+    /// ([`WriteGuard::is_lost`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir().expect("a temporary directory");
+    /// let lock = rwdir::DirLock::builder(dir.path())
+    ///     .background_heartbeat(false)
+    ///     .build()?;
+    /// let w = lock.write()?;
+    /// w.refresh()?;
+    /// std::fs::remove_file(w.path()).expect("remove"); // someone removes `.master_lock`
+    /// assert!(matches!(w.refresh(), Err(rwdir::Error::LockLost { .. })));
+    /// # Ok::<(), rwdir::Error>(())
+    /// ```
+    pub fn refresh(&self) -> Result<()> {
+        self.held.refresh()
     }
 
     /// Whether the background heartbeat has found the lock lost (cheap; no system call).

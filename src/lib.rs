@@ -70,7 +70,9 @@
 //! pid is gone or belongs to a process with another start time; a process group named in
 //! the record keeps it alive while any member lives. Any other holder (another host,
 //! a container) is dead when its file's mtime is older than its lease; holders renew
-//! their mtime every lease/3 from a background thread. A malformed file counts as held
+//! their mtime every lease/3 from a background thread (or, with
+//! [`Builder::background_heartbeat(false)`](Builder::background_heartbeat), by calling
+//! [`ReadGuard::refresh`] or [`WriteGuard::refresh`]). A malformed file counts as held
 //! until it is older than the lease. `.master_lock`, the one reused name, is only ever
 //! removed by a breaker that first made itself the only breaker.
 //!

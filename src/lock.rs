@@ -233,6 +233,36 @@ impl Builder {
         self
     }
 
+    /// Whether held lock files are refreshed by a background thread. Default: `true`.
+    ///
+    /// With `true`, the first acquisition starts one heartbeat thread per process,
+    /// shared by all held files, which refreshes each file's mtime every lease/3 (so that
+    /// holders on other hosts do not judge it stale) and marks a lost lock for
+    /// [`ReadGuard::is_lost`]. With `false`, the guards of this lock are not given to
+    /// that thread, and no thread is started for them: the owner must call
+    /// [`ReadGuard::refresh`] or [`WriteGuard::refresh`] at least every lease/3 while
+    /// it holds the lock, or holders on other hosts treat the lock as stale once the
+    /// lease has passed. Holders on the same host judge liveness by process, so they
+    /// need no refresh. For a program that has its own event loop and wants no extra
+    /// thread (the `rwdir` command does this).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir().expect("a temporary directory");
+    /// let lock = rwdir::DirLock::builder(dir.path())
+    ///     .background_heartbeat(false)
+    ///     .build()?;
+    /// let w = lock.write()?;
+    /// w.refresh()?; // by hand, at least every lease/3
+    /// w.release()?;
+    /// # Ok::<(), rwdir::Error>(())
+    /// ```
+    pub fn background_heartbeat(mut self, on: bool) -> Builder {
+        self.cfg.heartbeat = on;
+        self
+    }
+
     /// Checks the directory and makes the lock.
     ///
     /// # Errors
@@ -309,6 +339,7 @@ impl DirLock {
                 max_poll: DEFAULT_MAX_POLL,
                 pgid: 0,
                 cancel: None,
+                heartbeat: true,
             },
         }
     }

@@ -29,6 +29,9 @@ pub(crate) struct Config {
     pub(crate) pgid: u32,
     /// Set from another thread to make waiting acquisitions give up (`Cancel`).
     pub(crate) cancel: Option<Arc<AtomicBool>>,
+    /// Whether held files are refreshed by the process's heartbeat thread
+    /// (`Builder::background_heartbeat`); otherwise only by the guards' `refresh`.
+    pub(crate) heartbeat: bool,
 }
 
 /// A lock file we created and still own.
@@ -631,6 +634,7 @@ mod tests {
             max_poll: Duration::from_millis(10),
             pgid: 0,
             cancel: None,
+            heartbeat: true,
         }
     }
 

@@ -7,6 +7,7 @@
 #[path = "cli/util.rs"]
 mod util;
 
+use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -730,4 +731,75 @@ fn a_lease_option_is_accepted() {
     t.rwdir(["status", "--lease", "2.5", &t.d()])
         .run()
         .expect_code(0);
+}
+
+// ---------------------------------------------------------------------------------
+// No extra thread; the heartbeat by hand
+
+#[test]
+fn an_uncontended_rwdir_runs_on_one_thread() {
+    let t = Dir::new();
+    for mode in ["read", "write"] {
+        // COMMAND's parent is rwdir: count its threads while COMMAND runs.
+        let r = t
+            .rwdir([mode, &t.d(), "sh", "-c", "ls /proc/$PPID/task | wc -l"])
+            .run();
+        r.expect_code(0);
+        r.check(
+            r.stdout.trim() == "1",
+            "rwdir runs no thread but its main one (no signal, wait or heartbeat thread)",
+        );
+    }
+}
+
+#[test]
+fn the_lock_file_is_refreshed_while_command_runs() {
+    let t = Dir::new();
+    for (mode, prefix) in [("read", ".slave_lock-"), ("write", ".master_lock")] {
+        // A lease of 0.3 s: a refresh every 0.1 s.
+        let h = t.hold(mode, &["--lease", "0.3"], &format!("{mode}-ready"));
+        expect_refreshed(&t, &h, prefix);
+        h.release().expect_code(0);
+    }
+}
+
+#[test]
+fn a_lock_obtained_after_waiting_is_refreshed_too() {
+    let t = Dir::new();
+    let w = t.hold("write", &[], "w");
+    let r = t.start_holder("read", &["--lease", "0.3"], "r");
+    util::wait_until(
+        || r.stderr_text().contains("waiting for read lock") || r.is_ready(),
+        || format!("the reader never waited{}", r.report("")),
+    );
+    w.release().expect_code(0);
+    r.wait_ready();
+    expect_refreshed(&t, &r, ".slave_lock-");
+    r.release().expect_code(0);
+}
+
+/// Ages the one lock file named `prefix*` by a minute and waits (bounded) until rwdir
+/// refreshes it.
+#[track_caller]
+fn expect_refreshed(t: &Dir, h: &util::Holder, prefix: &str) {
+    let files = t.lock_files(prefix);
+    assert_eq!(files.len(), 1, "one lock file{}", h.report(""));
+    let file = &files[0];
+    let aged = SystemTime::now() - Duration::from_secs(60);
+    let since = aged.duration_since(UNIX_EPOCH).expect("after the epoch");
+    let tv = nix::sys::time::TimeVal::new(
+        i64::try_from(since.as_secs()).expect("seconds"),
+        i64::from(since.subsec_micros()),
+    );
+    nix::sys::stat::lutimes(file, &tv, &tv).expect("age the lock file");
+    let mtime = || {
+        fs::symlink_metadata(file)
+            .and_then(|m| m.modified())
+            .unwrap_or_else(|e| panic!("mtime of {}: {e}{}", file.display(), h.report("")))
+    };
+    let first = mtime();
+    util::wait_until(
+        || mtime() > first,
+        || format!("rwdir never refreshed {}{}", file.display(), h.report("")),
+    );
 }

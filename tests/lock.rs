@@ -575,3 +575,98 @@ fn custom_state_dir() {
     assert_eq!(err.kind(), ErrorKind::NotFound);
     assert!(err.to_string().contains("missing"), "{err}");
 }
+
+// ---------------------------------------------------------------------------------
+// The heartbeat: by the background thread, or by hand (`background_heartbeat(false)`)
+
+fn mtime(path: &std::path::Path) -> std::time::SystemTime {
+    fs::symlink_metadata(path)
+        .and_then(|m| m.modified())
+        .unwrap_or_else(|e| panic!("mtime of {}: {e}", path.display()))
+}
+
+/// A lock with a short lease (heartbeat period 100 ms) and no background heartbeat.
+fn by_hand(dir: &std::path::Path) -> DirLock {
+    DirLock::builder(dir)
+        .lease(Duration::from_millis(300))
+        .background_heartbeat(false)
+        .build()
+        .expect("build lock")
+}
+
+#[test]
+fn refresh_renews_the_mtime_of_the_held_file() {
+    let dir = tempdir();
+    let lk = by_hand(dir.path());
+    let r = lk.read().expect("read");
+    let w_dir = tempdir();
+    let w = by_hand(w_dir.path()).write().expect("write");
+    for path in [r.path(), w.path()] {
+        common::age(&path, Duration::from_secs(60));
+    }
+    let old_r = mtime(&r.path());
+    let old_w = mtime(&w.path());
+    r.refresh().expect("refresh the reader");
+    w.refresh().expect("refresh the writer");
+    assert!(
+        mtime(&r.path()) > old_r,
+        "the reader's mtime was not renewed"
+    );
+    assert!(
+        mtime(&w.path()) > old_w,
+        "the writer's mtime was not renewed"
+    );
+    assert!(!r.is_lost() && !w.is_lost());
+    r.release().expect("release");
+    w.release().expect("release");
+}
+
+#[test]
+fn without_the_background_heartbeat_no_thread_renews_the_file() {
+    let dir = tempdir();
+    let off = by_hand(dir.path()).read().expect("read by hand");
+    // A control holder with the background heartbeat, the same period, and a file aged
+    // the same way: once the thread has renewed it twice, it has run at least one full
+    // round since `off` was taken, and would have renewed `off` too.
+    let on = DirLock::builder(dir.path())
+        .lease(Duration::from_millis(300))
+        .build()
+        .expect("build lock")
+        .read()
+        .expect("read with heartbeat");
+    for _ in 0..2 {
+        common::age(&off.path(), Duration::from_secs(60));
+        common::age(&on.path(), Duration::from_secs(60));
+        let aged_off = mtime(&off.path());
+        let aged_on = mtime(&on.path());
+        wait_until("the control holder's heartbeat", dir.path(), || {
+            mtime(&on.path()) > aged_on
+        });
+        assert_eq!(
+            mtime(&off.path()),
+            aged_off,
+            "a thread renewed a file of a lock without background heartbeat"
+        );
+    }
+    off.refresh().expect("refresh by hand");
+    assert!(!off.is_lost());
+}
+
+#[test]
+fn refresh_of_a_lost_lock_is_lock_lost() {
+    let dir = tempdir();
+    let lk = by_hand(dir.path());
+    let w = lk.write().expect("write");
+    fs::remove_file(w.path()).expect("someone removes .master_lock");
+    let err = w.refresh().expect_err("the lock is gone");
+    assert!(matches!(err, Error::LockLost { .. }), "{err}");
+    assert!(w.is_lost());
+    // It stays lost, for `check` too, and the release removes nothing.
+    assert!(matches!(w.refresh(), Err(Error::LockLost { .. })));
+    assert!(matches!(w.check(), Err(Error::LockLost { .. })));
+
+    let r = lk.read().expect("read");
+    fs::remove_file(r.path()).expect("someone removes the reader's file");
+    assert!(matches!(r.refresh(), Err(Error::LockLost { .. })));
+    assert!(lk.status().expect("status").is_free());
+}

@@ -1,20 +1,34 @@
 //! `rwdir read|write`: take the lock for COMMAND's process group, run COMMAND, forward
 //! signals, hand over the terminal, watch the lock, and pass COMMAND's status on.
 //!
-//! Threads (all started after the fork, all with SIGINT, SIGTERM and SIGHUP blocked):
-//! one takes the lock, one waits for signals, one waits for the child; the main thread
-//! (the child's parent-death thread) decides, with `crossbeam_channel::select!`.
+//! One thread does it all when the lock is free. Before the fork, rwdir blocks SIGINT,
+//! SIGTERM, SIGHUP (those it was not started with ignored) and SIGCHLD, and reads them
+//! from a `signalfd`. The main thread (the child's parent-death thread) then runs one
+//! event loop, [`Events`]: `poll` on the signalfd with a timeout. SIGCHLD makes it reap
+//! the child with `waitpid(WNOHANG | WUNTRACED)`; a forwarded signal goes to COMMAND's
+//! group; the timeouts refresh the lock file every lease/3 and check the lock every
+//! [`CHECK_EVERY`] (the library's heartbeat thread is off:
+//! `Builder::background_heartbeat(false)`).
+//!
+//! Only when the first attempt finds the lock busy does a second thread take it (waiting
+//! costs far more than a thread). It sends its result on a channel and then closes a
+//! pipe that the event loop polls too, so the main thread keeps reacting to signals, to
+//! the child's death and to the one-second "waiting" notice meanwhile.
 
+use std::collections::VecDeque;
 use std::io;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, select};
+use crossbeam_channel::Receiver;
 use nix::errno::Errno;
+use nix::fcntl::OFlag;
 use nix::libc;
+use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{SigSet, SigmaskHow, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 use rwdir::{DirLock, Entry, ReadGuard, Status, WriteGuard};
@@ -31,6 +45,8 @@ const KILL_AFTER: Duration = Duration::from_secs(10);
 const ANNOUNCE_AFTER: Duration = Duration::from_secs(1);
 /// The signals forwarded to COMMAND.
 const FORWARDED: [Signal; 3] = [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP];
+/// How long rwdir waits for a child it killed (or whose exec failed) to be gone.
+const REAP_WITHIN: Duration = Duration::from_secs(1);
 
 /// Which lock COMMAND runs under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,6 +88,13 @@ impl Guard {
         }
     }
 
+    fn refresh(&self) -> rwdir::Result<()> {
+        match self {
+            Guard::Read(g) => g.refresh(),
+            Guard::Write(g) => g.refresh(),
+        }
+    }
+
     fn release(self) -> rwdir::Result<()> {
         match self {
             Guard::Read(g) => g.release(),
@@ -87,8 +110,9 @@ impl Guard {
 /// Everything of [`Error`] but `Usage` and `Output`.
 pub(crate) fn run(mode: Mode, args: &LockArgs, lease: Option<Duration>) -> Result<ExitCode, Error> {
     // Before the fork, while rwdir is one thread: check DIR and COMMAND, block the
-    // signals we forward (every later thread inherits the mask).
-    let mut builder = DirLock::builder(&args.dir);
+    // signals we forward and SIGCHLD (a thread started later inherits the mask).
+    // No heartbeat thread: the event loop refreshes the lock file itself.
+    let mut builder = DirLock::builder(&args.dir).background_heartbeat(false);
     if let Some(lease) = lease {
         builder = builder.lease(lease);
     }
@@ -97,10 +121,8 @@ pub(crate) fn run(mode: Mode, args: &LockArgs, lease: Option<Duration>) -> Resul
     let signals = Signals::block()?;
     let mut child = Child::fork(&cmd, &signals.original_mask)?;
     let pgid = child.pid();
+    let mut events = Events::new(signals.fd, pgid);
 
-    // From here on, threads.
-    let sig_rx = signals.listen();
-    let exit_rx = wait_for(pgid);
     // A signal while waiting cancels the acquisition, which then removes its own files
     // (a queued writer left behind would hold up other hosts' readers for a lease).
     let cancel = rwdir::Cancel::new();
@@ -116,11 +138,11 @@ pub(crate) fn run(mode: Mode, args: &LockArgs, lease: Option<Duration>) -> Resul
             return Err(e);
         }
     };
-    let guard = match acquire(&lock, &cancel, mode, args, &sig_rx, &exit_rx) {
+    let guard = match acquire(&lock, &cancel, mode, args, &mut events) {
         Ok(guard) => guard,
         Err(e) => {
             child.abort();
-            let _ = exit_rx.recv_timeout(Duration::from_secs(1));
+            events.wait_exit(REAP_WITHIN);
             return Err(e);
         }
     };
@@ -138,12 +160,12 @@ pub(crate) fn run(mode: Mode, args: &LockArgs, lease: Option<Duration>) -> Resul
     };
     if let Err(e) = started {
         terminal.take_back();
-        let _ = exit_rx.recv_timeout(Duration::from_secs(1));
+        events.wait_exit(REAP_WITHIN);
         let _ = guard.release();
         return Err(e);
     }
 
-    let outcome = supervise(pgid, &guard, &terminal, &sig_rx, &exit_rx);
+    let outcome = supervise(pgid, &guard, lock.lease(), &terminal, &mut events);
     terminal.take_back();
     match outcome {
         Ok(status) => match guard.release() {
@@ -178,14 +200,14 @@ fn pid_u32(pid: Pid) -> u32 {
     u32::try_from(pid.as_raw()).unwrap_or(0)
 }
 
-/// Waits for the lock, saying so after a second, and gives up on a signal.
+/// Takes the lock: one attempt on this thread, then, if the lock is busy, waits for it
+/// in a thread, saying so after a second, and gives up on a signal or the child's death.
 fn acquire(
     lock: &DirLock,
     cancel: &rwdir::Cancel,
     mode: Mode,
     args: &LockArgs,
-    sig_rx: &Receiver<Signal>,
-    exit_rx: &Receiver<nix::Result<WaitStatus>>,
+    events: &mut Events,
 ) -> Result<Guard, Error> {
     let wait = args.wait();
     // One attempt here first: it never sleeps, and a free lock (the common case) then
@@ -203,6 +225,10 @@ fn acquire(
         Err(e) => return Err(Error::Lock(e)),
     }
     let (tx, rx) = crossbeam_channel::bounded(1);
+    // The thread closes its end once the result is sent (or if it dies): the event loop
+    // sees the read end become readable.
+    let (done_r, done_w) =
+        nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| Error::sys("create a pipe", e))?;
     let taker = lock.clone();
     std::thread::Builder::new()
         .name("rwdir-acquire".into())
@@ -217,44 +243,45 @@ fn acquire(
             };
             // If rwdir gave up meanwhile, the guard is dropped here: released.
             let _ = tx.send(guard);
+            drop(done_w);
         })
         .map_err(|e| Error::Sys {
             action: "start a thread",
             source: e,
         })?;
     let mut announce = if args.quiet || wait.is_some_and(|w| w <= ANNOUNCE_AFTER) {
-        crossbeam_channel::never()
+        None
     } else {
-        crossbeam_channel::after(ANNOUNCE_AFTER)
+        Instant::now().checked_add(ANNOUNCE_AFTER)
     };
     loop {
-        select! {
-            recv(rx) -> got => return match got {
-                Ok(guard) => guard.map_err(Error::Lock),
-                Err(_) => Err(Error::sys("take the lock", Errno::EINTR)),
-            },
-            recv(sig_rx) -> sig => {
-                if let Ok(signal) = sig {
-                    give_up(cancel, &rx);
-                    return Err(Error::Interrupted {
-                        signal,
-                        mode: mode.as_str(),
-                        dir: args.dir.clone(),
-                    });
-                }
-            },
-            recv(exit_rx) -> _ => {
+        match events.next(announce, Some(&done_r))? {
+            Event::Done => {
+                return match rx.recv_timeout(Duration::from_secs(1)) {
+                    Ok(guard) => guard.map_err(Error::Lock),
+                    Err(_) => Err(Error::sys("take the lock", Errno::EINTR)),
+                };
+            }
+            Event::Signal(signal) => {
+                give_up(cancel, &rx);
+                return Err(Error::Interrupted {
+                    signal,
+                    mode: mode.as_str(),
+                    dir: args.dir.clone(),
+                });
+            }
+            Event::Child(_) => {
                 // Someone killed the waiting child: COMMAND can no longer run.
                 give_up(cancel, &rx);
                 return Err(Error::Sys {
                     action: "keep COMMAND's process waiting for the lock",
                     source: io::Error::other("it was killed"),
                 });
-            },
-            recv(announce) -> _ => {
+            }
+            Event::Timeout => {
                 say(&waiting_line(lock, mode, &args.dir));
-                announce = crossbeam_channel::never();
-            },
+                announce = None;
+            }
         }
     }
 }
@@ -293,57 +320,79 @@ fn blocker(st: &Status, mode: Mode, me: u32) -> Option<&Entry> {
         .or_else(readers)
 }
 
-/// Waits for COMMAND while forwarding signals and checking the lock. Returns COMMAND's
-/// exit status, or [`Error::Lost`].
+/// Waits for COMMAND while forwarding signals, refreshing the lock file every lease/3
+/// and checking the lock every [`CHECK_EVERY`]. Returns COMMAND's exit status, or
+/// [`Error::Lost`] if a refresh or a check found the lock lost.
 fn supervise(
     pgid: Pid,
     guard: &Guard,
+    lease: Duration,
     terminal: &Terminal,
-    sig_rx: &Receiver<Signal>,
-    exit_rx: &Receiver<nix::Result<WaitStatus>>,
+    events: &mut Events,
 ) -> Result<u8, Error> {
-    let tick = crossbeam_channel::tick(CHECK_EVERY);
+    // The library's heartbeat period; never a busy loop, even for a tiny lease.
+    let refresh_every = (lease / 3).max(Duration::from_millis(10));
+    let start = Instant::now();
+    let mut next_check = start + CHECK_EVERY;
+    // `None`: a lease too long to represent, no refresh is ever due.
+    let mut next_refresh = start.checked_add(refresh_every);
     let mut lost: Option<(rwdir::Error, Instant)> = None;
     let mut killed = false;
     let status = loop {
-        select! {
-            recv(exit_rx) -> st => match st {
-                Ok(Ok(WaitStatus::Exited(_, code))) => break u8::try_from(code & 0xff).unwrap_or(code::FAILURE),
-                Ok(Ok(WaitStatus::Signaled(_, sig, _))) => break signal_status(sig),
-                Ok(Ok(WaitStatus::Stopped(..))) => terminal.follow_stop(pgid),
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => return Err(Error::sys("wait for COMMAND", e)),
-                Err(_) => return Err(Error::sys("wait for COMMAND", Errno::ECHILD)),
-            },
-            recv(sig_rx) -> sig => {
-                if let Ok(sig) = sig {
-                    signal_group(pgid, sig);
-                }
-            },
-            recv(tick) -> _ => match &lost {
-                None => {
-                    if let Err(e) = guard.check() {
-                        say(&format!(
-                            "{}; stopping COMMAND (SIGTERM now, SIGKILL in {} s)",
-                            message(&e),
-                            KILL_AFTER.as_secs()
-                        ));
-                        signal_group(pgid, Signal::SIGTERM);
-                        lost = Some((e, Instant::now() + KILL_AFTER));
+        let until = next_refresh.map_or(next_check, |r| r.min(next_check));
+        match events.next(Some(until), None)? {
+            Event::Child(Ok(WaitStatus::Exited(_, code))) => {
+                break u8::try_from(code & 0xff).unwrap_or(code::FAILURE);
+            }
+            Event::Child(Ok(WaitStatus::Signaled(_, sig, _))) => break signal_status(sig),
+            Event::Child(Ok(WaitStatus::Stopped(..))) => terminal.follow_stop(pgid),
+            Event::Child(Ok(_)) | Event::Done => {}
+            Event::Child(Err(e)) => return Err(Error::sys("wait for COMMAND", e)),
+            Event::Signal(sig) => signal_group(pgid, sig),
+            Event::Timeout => {
+                let now = Instant::now();
+                if next_refresh.is_some_and(|t| now >= t) {
+                    next_refresh = now.checked_add(refresh_every);
+                    if lost.is_none()
+                        && let Err(e) = guard.refresh()
+                    {
+                        lost = Some(stop_command(pgid, e));
                     }
                 }
-                Some((_, kill_at)) if !killed && Instant::now() >= *kill_at => {
-                    signal_group(pgid, Signal::SIGKILL);
-                    killed = true;
+                if now >= next_check {
+                    next_check = now + CHECK_EVERY;
+                    match &lost {
+                        None => {
+                            if let Err(e) = guard.check() {
+                                lost = Some(stop_command(pgid, e));
+                            }
+                        }
+                        Some((_, kill_at)) if !killed && now >= *kill_at => {
+                            signal_group(pgid, Signal::SIGKILL);
+                            killed = true;
+                        }
+                        Some(_) => {}
+                    }
                 }
-                Some(_) => {}
-            },
+            }
         }
     };
     match lost {
         Some((e, _)) => Err(Error::Lost(e)),
         None => Ok(status),
     }
+}
+
+/// The lock is lost (`e`): says so and sends COMMAND's group SIGTERM. Returns the loss
+/// and when SIGKILL is due.
+fn stop_command(pgid: Pid, e: rwdir::Error) -> (rwdir::Error, Instant) {
+    say(&format!(
+        "{}; stopping COMMAND (SIGTERM now, SIGKILL in {} s)",
+        message(&e),
+        KILL_AFTER.as_secs()
+    ));
+    signal_group(pgid, Signal::SIGTERM);
+    (e, Instant::now() + KILL_AFTER)
 }
 
 fn signal_status(sig: Signal) -> u8 {
@@ -356,38 +405,146 @@ fn signal_group(pgid: Pid, sig: Signal) {
     let _ = nix::sys::signal::killpg(pgid, sig);
 }
 
-/// A thread that waits for the child and reports each change (exit, stop).
-fn wait_for(pid: Pid) -> Receiver<nix::Result<WaitStatus>> {
-    let (tx, rx) = crossbeam_channel::unbounded();
-    let spawned = std::thread::Builder::new()
-        .name("rwdir-wait".into())
-        .spawn(move || {
-            loop {
-                let st = nix::sys::wait::waitpid(pid, Some(WaitPidFlag::WUNTRACED));
-                let done = !matches!(st, Ok(WaitStatus::Stopped(..)) | Err(Errno::EINTR));
-                if matches!(st, Err(Errno::EINTR)) {
-                    continue;
-                }
-                if tx.send(st).is_err() || done {
-                    return;
-                }
-            }
-        });
-    if let Err(e) = spawned {
-        // Without the thread nobody reaps the child; report it as the wait's error.
-        let (tx2, rx2) = crossbeam_channel::bounded(1);
-        let _ = tx2.send(Err(Errno::from_raw(
-            e.raw_os_error().unwrap_or(libc::EAGAIN),
-        )));
-        return rx2;
-    }
-    rx
+/// What the event loop saw.
+#[derive(Debug)]
+enum Event {
+    /// A forwarded signal arrived.
+    Signal(Signal),
+    /// COMMAND's process changed state (exit, death by a signal, stop), or waiting for
+    /// it failed.
+    Child(nix::Result<WaitStatus>),
+    /// The acquisition thread is done: its result is on its channel.
+    Done,
+    /// The deadline passed.
+    Timeout,
 }
 
-/// The signals rwdir forwards, blocked in every thread and taken with `sigwait`.
+/// The main thread's event loop: the blocked signals (SIGCHLD included) from a
+/// signalfd, and the acquisition thread's pipe while it runs, with `poll`.
+#[derive(Debug)]
+struct Events {
+    signals: SignalFd,
+    child: Pid,
+    /// Whether the child's end was reaped (then it is never waited for again).
+    reaped: bool,
+    /// Events seen but not yet returned (one read may bring several).
+    queue: VecDeque<Event>,
+}
+
+impl Events {
+    fn new(signals: SignalFd, child: Pid) -> Events {
+        Events {
+            signals,
+            child,
+            reaped: false,
+            queue: VecDeque::new(),
+        }
+    }
+
+    /// The next event, waiting until `until` (for ever if `None`). `done` is the read end
+    /// of the acquisition thread's pipe, if one runs.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Sys`] if `poll` fails.
+    fn next(&mut self, until: Option<Instant>, done: Option<&OwnedFd>) -> Result<Event, Error> {
+        loop {
+            if let Some(ev) = self.queue.pop_front() {
+                return Ok(ev);
+            }
+            let timeout = match until {
+                None => PollTimeout::NONE,
+                Some(t) => {
+                    let left = t.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Ok(Event::Timeout);
+                    }
+                    // Rounded up: waking a little early would only poll again.
+                    let ms = left.as_micros().div_ceil(1000);
+                    PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)
+                }
+            };
+            let (signalled, finished) = {
+                let mut fds = vec![PollFd::new(self.signals.as_fd(), PollFlags::POLLIN)];
+                if let Some(fd) = done {
+                    fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
+                }
+                match nix::poll::poll(&mut fds, timeout) {
+                    Ok(_) => {}
+                    Err(Errno::EINTR) => continue,
+                    Err(e) => return Err(Error::sys("wait for signals", e)),
+                }
+                // POLLHUP too: the thread closed its end of the pipe.
+                let ready = |fd: &PollFd<'_>| fd.revents().is_some_and(|r| !r.is_empty());
+                (ready(&fds[0]), fds.get(1).is_some_and(ready))
+            };
+            if signalled {
+                self.read_signals();
+            }
+            if finished {
+                self.queue.push_back(Event::Done);
+            }
+        }
+    }
+
+    /// Takes every pending signal: SIGCHLD reaps, the others are queued.
+    fn read_signals(&mut self) {
+        loop {
+            match self.signals.read_signal() {
+                Ok(Some(info)) => {
+                    let signo = i32::try_from(info.ssi_signo).unwrap_or(0);
+                    if signo == libc::SIGCHLD {
+                        self.reap();
+                    } else if let Ok(sig) = Signal::try_from(signo) {
+                        self.queue.push_back(Event::Signal(sig));
+                    }
+                }
+                Err(Errno::EINTR) => {}
+                // None: nothing left (the descriptor does not block).
+                Ok(None) | Err(_) => return,
+            }
+        }
+    }
+
+    /// Collects the child's state changes (SIGCHLD coalesces: loop until none is left).
+    fn reap(&mut self) {
+        while !self.reaped {
+            let flags = WaitPidFlag::WNOHANG | WaitPidFlag::WUNTRACED;
+            match nix::sys::wait::waitpid(self.child, Some(flags)) {
+                Ok(st @ WaitStatus::Stopped(..)) => self.queue.push_back(Event::Child(Ok(st))),
+                Ok(st @ (WaitStatus::Exited(..) | WaitStatus::Signaled(..))) => {
+                    self.reaped = true;
+                    self.queue.push_back(Event::Child(Ok(st)));
+                }
+                Err(Errno::EINTR) => {}
+                Err(e) => {
+                    self.reaped = true;
+                    self.queue.push_back(Event::Child(Err(e)));
+                }
+                // StillAlive, or a change we did not ask for.
+                Ok(_) => return,
+            }
+        }
+    }
+
+    /// Waits (at most `within`) until the child is gone, ignoring everything else: for
+    /// a child that was killed or whose exec failed.
+    fn wait_exit(&mut self, within: Duration) {
+        let until = Instant::now().checked_add(within);
+        while !self.reaped {
+            match self.next(until, None) {
+                Ok(Event::Timeout) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    }
+}
+
+/// The blocked signals: the forwarded ones rwdir was not started with ignored, and
+/// SIGCHLD, all read from `fd`.
 #[derive(Debug)]
 struct Signals {
-    set: SigSet,
+    fd: SignalFd,
     /// The mask rwdir started with, restored in the child before exec.
     original_mask: SigSet,
 }
@@ -395,7 +552,8 @@ struct Signals {
 impl Signals {
     /// Blocks SIGINT, SIGTERM and SIGHUP in the calling (only) thread, except those
     /// rwdir was started with ignored (`nohup`): they stay ignored, for COMMAND too.
-    /// Makes sure SIGCHLD is not ignored, so that the child can be waited for.
+    /// Blocks SIGCHLD too, after making sure it is not ignored (so that the child can be
+    /// waited for). Opens a signalfd for them.
     fn block() -> Result<Signals, Error> {
         // SAFETY: SIG_DFL installs no handler; no other thread exists yet.
         unsafe {
@@ -407,32 +565,22 @@ impl Signals {
                 set.add(sig);
             }
         }
+        set.add(Signal::SIGCHLD);
         let original_mask = set
             .thread_swap_mask(SigmaskHow::SIG_BLOCK)
             .map_err(|e| Error::sys("block signals", e))?;
-        Ok(Signals { set, original_mask })
-    }
-
-    /// A thread that takes the blocked signals as they come.
-    fn listen(&self) -> Receiver<Signal> {
-        if self.set.iter().next().is_none() {
-            return crossbeam_channel::never();
-        }
-        let (tx, rx) = crossbeam_channel::unbounded();
-        let set = self.set;
-        let spawned = std::thread::Builder::new()
-            .name("rwdir-signals".into())
-            .spawn(move || {
-                while let Ok(sig) = set.wait() {
-                    if tx.send(sig).is_err() {
-                        return;
-                    }
-                }
-            });
-        match spawned {
-            Ok(_) => rx,
-            // The signals stay blocked: they are not forwarded, and do not kill rwdir.
-            Err(_) => crossbeam_channel::never(),
+        let fd = SignalFd::with_flags(&set, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
+            .map_err(|e| Error::sys("watch signals", e));
+        match fd {
+            Ok(fd) => Ok(Signals { fd, original_mask }),
+            Err(e) => {
+                let _ = nix::sys::signal::sigprocmask(
+                    SigmaskHow::SIG_SETMASK,
+                    Some(&original_mask),
+                    None,
+                );
+                Err(e)
+            }
         }
     }
 }
