@@ -4,7 +4,10 @@
 //! ratios and the targets of issue #5.
 //!
 //! Scenarios (pick some by name as arguments; default all): `handoff`, `contention`,
-//! `starvation`, `cpu`, `command`. `RWDIR_BENCH_QUICK=1` makes a short smoke run.
+//! `starvation`, `cpu`, `command`, and `wake`, a reference rather than a comparison:
+//! the bare kernel wake-up across processes (flock(2), inotify read by the woken thread,
+//! inotify through a relay thread) that a hand-off rests on, with no lock library at
+//! all. `RWDIR_BENCH_QUICK=1` makes a short smoke run.
 //!
 //! Workers are this binary run again with `RWDIR_BENCH_ROLE` set. The coordinator talks
 //! to each over its stdin/stdout, one line per command and per answer; readiness is
@@ -17,6 +20,7 @@ mod common;
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
+use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -24,6 +28,9 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use common::{Loc, Rng, Table, Target, dur, mono_ns, quick};
+use nix::errno::Errno;
+use nix::poll::{PollFd, PollFlags, ppoll};
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use rwdir::{DirLock, ReadGuard, WriteGuard};
 
 const ROLE_ENV: &str = "RWDIR_BENCH_ROLE";
@@ -194,6 +201,12 @@ fn arg<T: std::str::FromStr>(i: usize) -> T {
 fn worker(role: &str) {
     let imp = Impl::parse(&env(IMPL_ENV));
     let dir = PathBuf::from(env(DIR_ENV));
+    // The `wake` roles use no lock, only the kernel mechanisms themselves.
+    match role {
+        "wake-holder" => return worker_wake_holder(Mech::from_code(arg(0)), &dir),
+        "wake-waiter" => return worker_wake_waiter(Mech::from_code(arg(0)), &dir),
+        _ => {}
+    }
     let lock = Lock::open(imp, &dir);
     let mut pipe = Pipe::new();
     match role {
@@ -338,6 +351,184 @@ fn worker_cpu_waiter(lock: &Lock, pipe: &mut Pipe) {
     pipe.say(&format!("got {} {}", t1 - t0, c1 - c0));
     while pipe.next().is_some() {}
     g.release();
+}
+
+/// The kernel mechanisms of the `wake` scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mech {
+    /// The waiter blocks in `flock(LOCK_SH)`; the holder closes its `LOCK_EX` descriptor.
+    Flock,
+    /// The waiter blocks in `ppoll` on its inotify descriptor; the holder unlinks a file.
+    Inotify,
+    /// As `Inotify`, but a relay thread of the waiter reads the inotify descriptor and
+    /// wakes the main thread through a channel.
+    Relay,
+}
+
+impl Mech {
+    const ALL: [Mech; 3] = [Mech::Flock, Mech::Inotify, Mech::Relay];
+
+    fn name(self) -> &'static str {
+        match self {
+            Mech::Flock => "flock",
+            Mech::Inotify => "inotify, direct",
+            Mech::Relay => "inotify, via a relay thread",
+        }
+    }
+
+    fn code(self) -> u64 {
+        match self {
+            Mech::Flock => 0,
+            Mech::Inotify => 1,
+            Mech::Relay => 2,
+        }
+    }
+
+    fn from_code(c: u64) -> Mech {
+        match c {
+            0 => Mech::Flock,
+            1 => Mech::Inotify,
+            _ => Mech::Relay,
+        }
+    }
+}
+
+/// The file the holder unlinks for sample `i` (inotify mechanisms).
+fn victim(dir: &Path, i: u64) -> PathBuf {
+    dir.join(format!("victim-{i}"))
+}
+
+/// `arm <i>` → flock: opens `flock-file` and takes `LOCK_EX` on it; inotify: creates
+/// `victim-<i>`; then `armed`. `act <wait_us>` → sleeps `wait_us`, stamps t, closes the
+/// descriptor / unlinks the file, stamps again, and answers nothing (as `handoff` in
+/// `worker_handoff`) until `when` asks: `acted <t> <action ns>`.
+fn worker_wake_holder(mech: Mech, dir: &Path) {
+    let mut pipe = Pipe::new();
+    let (mut held, mut armed) = (None, None);
+    let mut last = (0, 0);
+    while let Some(cmd) = pipe.next() {
+        let mut it = cmd.split_whitespace();
+        let word = it.next();
+        let n: Option<u64> = it.next().and_then(|s| s.parse().ok());
+        match (word, n) {
+            (Some("arm"), Some(i)) => {
+                if mech == Mech::Flock {
+                    let f = File::open(dir.join("flock-file")).expect("open flock file");
+                    f.lock().expect("lock");
+                    held = Some(f);
+                } else {
+                    let p = victim(dir, i);
+                    File::create(&p).expect("create victim");
+                    armed = Some(p);
+                }
+                pipe.say("armed");
+            }
+            (Some("act"), Some(wait_us)) => {
+                let (f, p) = (held.take(), armed.take());
+                std::thread::sleep(Duration::from_micros(wait_us));
+                let t = mono_ns();
+                match mech {
+                    Mech::Flock => drop(f.expect("armed")),
+                    _ => nix::unistd::unlink(p.expect("armed").as_path()).expect("unlink"),
+                }
+                let t2 = mono_ns();
+                last = (t, t2 - t);
+            }
+            (Some("when"), None) => pipe.say(&format!("acted {} {}", last.0, last.1)),
+            _ => panic!("wake-holder: bad command {cmd:?}"),
+        }
+    }
+}
+
+/// Blocks in `ppoll` on `ino` (as rwdir's waiting thread does), stamps right after it
+/// returns, then reads the events: the stamp and the `i` of every `victim-<i>` deleted.
+fn inotify_wait(ino: &Inotify) -> (u64, Vec<u64>) {
+    loop {
+        let mut fds = [PollFd::new(ino.as_fd(), PollFlags::POLLIN)];
+        match ppoll(&mut fds, None, None) {
+            Ok(_) | Err(Errno::EINTR) => {}
+            Err(e) => panic!("ppoll: {e}"),
+        }
+        let t = mono_ns();
+        let events = match ino.read_events() {
+            Ok(ev) => ev,
+            Err(Errno::EAGAIN | Errno::EINTR) => continue,
+            Err(e) => panic!("read inotify: {e}"),
+        };
+        let deleted = events
+            .iter()
+            .filter(|e| e.mask.contains(AddWatchFlags::IN_DELETE))
+            .filter_map(|e| {
+                e.name
+                    .as_ref()?
+                    .to_str()?
+                    .strip_prefix("victim-")?
+                    .parse()
+                    .ok()
+            })
+            .collect();
+        return (t, deleted);
+    }
+}
+
+/// Sets up (its own descriptor of `flock-file`; its inotify watch on the directory; its
+/// relay thread), then `ready`. `wait <i>` → `waiting` right before it blocks, then
+/// `woken <t'>` with t' stamped right after the blocking call returned: flock: its
+/// `LOCK_SH` was granted (it unlocks again before answering); inotify: the IN_DELETE
+/// event of `victim-<i>` (other events are ignored).
+fn worker_wake_waiter(mech: Mech, dir: &Path) {
+    let mut pipe = Pipe::new();
+    let file = File::open(dir.join("flock-file")).expect("open flock file");
+    let watch = || {
+        let ino = Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK).expect("inotify");
+        ino.add_watch(dir, AddWatchFlags::IN_DELETE | AddWatchFlags::IN_ONLYDIR)
+            .expect("add_watch");
+        ino
+    };
+    let direct = (mech == Mech::Inotify).then(watch);
+    let relay = (mech == Mech::Relay).then(|| {
+        let ino = watch();
+        let (tx, rx) = crossbeam_channel::bounded::<u64>(1);
+        std::thread::spawn(move || {
+            loop {
+                for i in inotify_wait(&ino).1 {
+                    let _ = tx.try_send(i);
+                }
+            }
+        });
+        rx
+    });
+    pipe.say("ready");
+    while let Some(cmd) = pipe.next() {
+        let i: u64 = cmd
+            .strip_prefix("wait ")
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("wake-waiter: bad command {cmd:?}"));
+        pipe.say("waiting");
+        let t = match (mech, &direct, &relay) {
+            (Mech::Flock, _, _) => {
+                file.lock_shared().expect("lock_shared");
+                let t = mono_ns();
+                file.unlock().expect("unlock");
+                t
+            }
+            (_, Some(ino), _) => loop {
+                let (t, deleted) = inotify_wait(ino);
+                if deleted.contains(&i) {
+                    break t;
+                }
+            },
+            (_, _, Some(rx)) => loop {
+                let got = rx.recv().expect("relay thread");
+                let t = mono_ns();
+                if got == i {
+                    break t;
+                }
+            },
+            _ => unreachable!(),
+        };
+        pipe.say(&format!("woken {t}"));
+    }
 }
 
 // =================================================================================
@@ -1125,6 +1316,116 @@ fn command(targets: &mut Vec<Target>) {
     }
 }
 
+// ---------------------------------------------------------------------------------
+// Kernel wake-up
+
+/// One series of `k` wake-ups (after one more as a warm-up) between a holder and a
+/// waiter process. Returns t' − t and the durations of the holder's action, in ns.
+fn wake_series(mech: Mech, loc: Loc, k: usize, rng: &mut Rng) -> (Vec<f64>, Vec<f64>) {
+    let d = fresh(loc);
+    let args = [mech.code()];
+    let mut holder = Worker::spawn("wake-holder", Impl::Flock, d.path(), &args);
+    let mut waiter = Worker::spawn("wake-waiter", Impl::Flock, d.path(), &args);
+    waiter.expect("ready");
+    let (mut wakes, mut actions) = (Vec::with_capacity(k), Vec::with_capacity(k));
+    for i in 0..=k {
+        holder.send(&format!("arm {i}"));
+        holder.expect("armed");
+        waiter.send(&format!("wait {i}"));
+        waiter.expect("waiting");
+        // The waiter said so right before blocking: 2–6 ms later it is asleep.
+        holder.send(&format!("act {}", rng.range(2_000, 6_000)));
+        let t2 = waiter.expect("woken")[0];
+        holder.send("when");
+        let v = holder.expect("acted");
+        if i > 0 {
+            wakes.push(t2.saturating_sub(v[0]) as f64);
+            actions.push(v[1] as f64);
+        }
+    }
+    (wakes, actions)
+}
+
+/// The bare kernel wake-up across processes that a hand-off rests on. Not a target:
+/// it shows how long the kernel wake-up alone takes for flock(2), for an inotify event
+/// read by the woken thread itself, and for one read by a relay thread that then wakes
+/// the waiting thread through a channel. rwdir's waiting thread reads the inotify
+/// descriptor itself (leader/follower in `notify.rs`, no relay thread), and the
+/// hand-off target compares rwdir with flock: this table says how much of that ratio
+/// the kernel mechanisms alone account for.
+fn wake() {
+    let (rounds, k) = if quick() { (1, 15) } else { (5, 50) };
+    println!("## Kernel wake-up across processes (reference, no lock library)\n");
+    println!(
+        "A holder process stamps t (CLOCK_MONOTONIC) right before its release action; a waiter process blocked in the kernel stamps t' right after it returns; t' − t. flock: the holder holds flock(LOCK_EX) on a file, the waiter blocks in flock(LOCK_SH) on its own descriptor of that file, the action is close(2) of the holder's descriptor. inotify, direct: the waiter watches the directory for IN_DELETE and blocks in ppoll(2) on the inotify descriptor, the action is unlink(2) of a file there; t' is stamped when ppoll returns, and the sample counts once the events read then name that file. inotify, via a relay thread: a second thread of the waiter blocks in ppoll and reads the events, then try_sends the name to a crossbeam bounded(1) channel; the main thread blocks in recv and stamps t' when it returns. The waiter answers right before it blocks; the holder acts a random 2–6 ms later and reports t only after the waiter has answered. {rounds} rounds × {k} wake-ups per cell (after one warm-up), cells shuffled in every round. release action: the duration of close / unlink in the holder. × flock = median over rounds of (median of the round / flock's median of the same round and location).\n"
+    );
+    struct Cell {
+        mech: Mech,
+        loc: Loc,
+        wakes: Vec<f64>,
+        actions: Vec<f64>,
+        round_medians: Vec<f64>,
+    }
+    let mut cells = Vec::new();
+    for &loc in &Loc::available() {
+        for mech in Mech::ALL {
+            cells.push(Cell {
+                mech,
+                loc,
+                wakes: vec![],
+                actions: vec![],
+                round_medians: vec![],
+            });
+        }
+    }
+    let mut rng = Rng::new();
+    let mut order: Vec<usize> = (0..cells.len()).collect();
+    for _ in 0..rounds {
+        rng.shuffle(&mut order);
+        for &i in &order {
+            let c = &mut cells[i];
+            let (w, a) = wake_series(c.mech, c.loc, k, &mut rng);
+            c.round_medians.push(common::median(&w));
+            c.wakes.extend(w);
+            c.actions.extend(a);
+        }
+    }
+    let mut t = Table::new(&[
+        "at",
+        "mechanism",
+        "n",
+        "median",
+        "p90",
+        "p99",
+        "release action median",
+        "× flock",
+    ]);
+    for c in &cells {
+        let base = cells
+            .iter()
+            .find(|b| b.loc == c.loc && b.mech == Mech::Flock)
+            .expect("flock cell");
+        let ratio = common::median(
+            &c.round_medians
+                .iter()
+                .zip(&base.round_medians)
+                .map(|(x, y)| x / y)
+                .collect::<Vec<_>>(),
+        );
+        t.row(vec![
+            c.loc.to_string(),
+            c.mech.name().into(),
+            c.wakes.len().to_string(),
+            dur(common::median(&c.wakes)),
+            dur(common::quantile(&c.wakes, 0.90)),
+            dur(common::quantile(&c.wakes, 0.99)),
+            dur(common::median(&c.actions)),
+            common::times(ratio),
+        ]);
+    }
+    t.print();
+}
+
 fn which(name: &str) -> Option<String> {
     std::env::var_os("PATH").and_then(|p| {
         std::env::split_paths(&p)
@@ -1172,6 +1473,9 @@ fn main() {
     }
     if want("command") {
         command(&mut targets);
+    }
+    if want("wake") {
+        wake();
     }
     println!(
         "Load average at the end: {}; wall time {:.1} s.\n",
