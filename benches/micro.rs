@@ -353,15 +353,10 @@ fn ratio_pass() -> Vec<Target> {
         }
     }
     let mut rng = Rng::new();
-    let mut order: Vec<usize> = (0..slots.len()).collect();
-    for _ in 0..rounds {
-        rng.shuffle(&mut order);
-        for &i in &order {
-            let s = &mut slots[i];
-            let v = measure(&mut *s.f, window);
-            s.per_round.push(v);
-        }
-    }
+    rng.each_round_shuffled(&mut slots, rounds, |s, _| {
+        let v = measure(&mut *s.f, window);
+        s.per_round.push(v);
+    });
     println!(
         "Load average at the end of the ratio pass: {}.\n",
         common::loadavg()

@@ -727,17 +727,12 @@ fn handoff(targets: &mut Vec<Target>) {
             }
         }
     }
-    let mut order: Vec<usize> = (0..cells.len()).collect();
-    for _ in 0..rounds {
-        rng.shuffle(&mut order);
-        for &i in &order {
-            let c = &mut cells[i];
-            let (s, dropped) = handoff_series(c.imp, c.loc, c.shared, k, &mut rng);
-            c.round_medians.push(common::median(&s));
-            c.samples.extend(s);
-            c.dropped += dropped;
-        }
-    }
+    rng.each_round_shuffled(&mut cells, rounds, |c, rng| {
+        let (s, dropped) = handoff_series(c.imp, c.loc, c.shared, k, rng);
+        c.round_medians.push(common::median(&s));
+        c.samples.extend(s);
+        c.dropped += dropped;
+    });
     let mut t = Table::new(&[
         "at",
         "lock",
@@ -887,25 +882,20 @@ fn contention() {
         }
     }
     let mut rng = Rng::new();
-    let mut order: Vec<usize> = (0..cells.len()).collect();
-    for _ in 0..rounds {
-        rng.shuffle(&mut order);
-        for &i in &order {
-            let c = &mut cells[i];
-            let r = contend_once(c.imp, c.loc, c.n, run);
-            let total: u64 = r.grants.iter().sum();
-            c.rate.push(total as f64 / run.as_secs_f64());
-            c.longest.push(r.longest_ns as f64);
-            let (mn, mx) = (
-                *r.grants.iter().min().unwrap_or(&0),
-                *r.grants.iter().max().unwrap_or(&0),
-            );
-            c.minmax
-                .push(if mx == 0 { 0.0 } else { mn as f64 / mx as f64 });
-            c.jain.push(jain(&r.grants));
-            c.lost += r.lost;
-        }
-    }
+    rng.each_round_shuffled(&mut cells, rounds, |c, _| {
+        let r = contend_once(c.imp, c.loc, c.n, run);
+        let total: u64 = r.grants.iter().sum();
+        c.rate.push(total as f64 / run.as_secs_f64());
+        c.longest.push(r.longest_ns as f64);
+        let (mn, mx) = (
+            *r.grants.iter().min().unwrap_or(&0),
+            *r.grants.iter().max().unwrap_or(&0),
+        );
+        c.minmax
+            .push(if mx == 0 { 0.0 } else { mn as f64 / mx as f64 });
+        c.jain.push(jain(&r.grants));
+        c.lost += r.lost;
+    });
     let mut t = Table::new(&[
         "at",
         "lock",
@@ -1011,19 +1001,14 @@ fn starvation(targets: &mut Vec<Target>) {
         }
     }
     let mut rng = Rng::new();
-    let mut order: Vec<usize> = (0..cells.len()).collect();
-    for _ in 0..runs {
-        rng.shuffle(&mut order);
-        for &i in &order {
-            let c = &mut cells[i];
-            if c.waits.iter().filter(|w| w.is_none()).count() >= 2 {
-                continue;
-            }
-            let (w, rate) = starve_once(c.imp, c.loc, hold, arrive, cap);
-            c.waits.push(w);
-            c.rates.push(rate);
+    rng.each_round_shuffled(&mut cells, runs, |c, _| {
+        if c.waits.iter().filter(|w| w.is_none()).count() >= 2 {
+            return;
         }
-    }
+        let (w, rate) = starve_once(c.imp, c.loc, hold, arrive, cap);
+        c.waits.push(w);
+        c.rates.push(rate);
+    });
     let mut t = Table::new(&[
         "at",
         "lock",
@@ -1272,15 +1257,10 @@ fn command(targets: &mut Vec<Target>) {
         for c in &cmds {
             run(*c);
         }
-        let mut order: Vec<usize> = (0..cells.len()).collect();
-        for _ in 0..rounds {
-            rng.shuffle(&mut order);
-            for &i in &order {
-                let c = cells[i].0;
-                let v: Vec<f64> = (0..per).map(|_| run(c)).collect();
-                cells[i].1.push(common::median(&v));
-            }
-        }
+        rng.each_round_shuffled(&mut cells, rounds, |cell, _| {
+            let v: Vec<f64> = (0..per).map(|_| run(cell.0)).collect();
+            cell.1.push(common::median(&v));
+        });
         let get = |c: C| cells.iter().find(|x| x.0 == c).map(|x| &x.1);
         let ratio = |a: C, b: C| -> Option<f64> {
             let (a, b) = (get(a)?, get(b)?);
@@ -1379,17 +1359,12 @@ fn wake() {
         }
     }
     let mut rng = Rng::new();
-    let mut order: Vec<usize> = (0..cells.len()).collect();
-    for _ in 0..rounds {
-        rng.shuffle(&mut order);
-        for &i in &order {
-            let c = &mut cells[i];
-            let (w, a) = wake_series(c.mech, c.loc, k, &mut rng);
-            c.round_medians.push(common::median(&w));
-            c.wakes.extend(w);
-            c.actions.extend(a);
-        }
-    }
+    rng.each_round_shuffled(&mut cells, rounds, |c, rng| {
+        let (w, a) = wake_series(c.mech, c.loc, k, rng);
+        c.round_medians.push(common::median(&w));
+        c.wakes.extend(w);
+        c.actions.extend(a);
+    });
     let mut t = Table::new(&[
         "at",
         "mechanism",

@@ -153,6 +153,24 @@ impl Rng {
             v.swap(i, j);
         }
     }
+
+    /// Runs `f` on every cell once per round, for `rounds` rounds, the cells in a new
+    /// random order every round, so that a drift in the machine's speed hits every cell
+    /// alike.
+    pub fn each_round_shuffled<C>(
+        &mut self,
+        cells: &mut [C],
+        rounds: usize,
+        mut f: impl FnMut(&mut C, &mut Rng),
+    ) {
+        let mut order: Vec<usize> = (0..cells.len()).collect();
+        for _ in 0..rounds {
+            self.shuffle(&mut order);
+            for &i in &order {
+                f(&mut cells[i], self);
+            }
+        }
+    }
 }
 
 impl Default for Rng {
