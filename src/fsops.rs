@@ -123,14 +123,21 @@ pub(crate) enum Found {
 #[derive(Debug)]
 pub(crate) struct Created {
     pub(crate) fd: OwnedFd,
+    /// `(st_dev, st_ino)` of the file, when it is known without a system call (a file
+    /// made from a [`Spare`]): a release then needs no `fstat` before its removal.
+    pub(crate) id: Option<(u64, u64)>,
 }
 
 /// An anonymous file (`O_TMPFILE`) made ahead of time by a waiter, so that the `put`
 /// that follows its wake-up only writes and links it: creating an inode is the
 /// costliest step of a `put` on tmpfs (~8 µs of ~17 µs), and a hand-off waits for it.
-/// Never visible in the directory; it vanishes when dropped unused.
+/// Never visible in the directory; it vanishes when dropped unused. Its inode is read
+/// while waiting too, so that the release of the file it becomes needs no `fstat`.
 #[derive(Debug)]
-pub(crate) struct Spare(std::fs::File);
+pub(crate) struct Spare {
+    file: std::fs::File,
+    id: Option<(u64, u64)>,
+}
 
 impl StateDir {
     /// Opens (and with `create`, makes) the state directory. `Ok(None)` when it does not
@@ -346,7 +353,15 @@ impl StateDir {
         if !self.tmpfile.load(Ordering::Relaxed) {
             return None;
         }
-        self.open_tmpfile().ok().map(|fd| Spare(fd.into()))
+        let fd = self.open_tmpfile().ok()?;
+        #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+        let id = fstat(&fd)
+            .ok()
+            .map(|st| (st.st_dev as u64, st.st_ino as u64));
+        Some(Spare {
+            file: fd.into(),
+            id,
+        })
     }
 
     fn open_tmpfile(&self) -> nix::Result<OwnedFd> {
@@ -369,13 +384,13 @@ impl StateDir {
         spare: Option<Spare>,
     ) -> Result<Option<LinkResult>> {
         use std::os::unix::fs::FileExt as _;
-        let file = match spare {
-            Some(Spare(file)) => {
+        let (file, id) = match spare {
+            Some(Spare { file, id }) => {
                 // Written now, not when it was made: `since` and the mtime (which other
                 // hosts judge by) are those of the grant.
                 file.write_all_at(content, 0)
                     .at("write lock file", || self.path.join(target))?;
-                file
+                (file, id)
             }
             None => {
                 let fd = match self.open_tmpfile() {
@@ -394,7 +409,7 @@ impl StateDir {
                 let mut file = std::fs::File::from(fd);
                 file.write_all(content)
                     .at("write lock file", || self.path.join(target))?;
-                file
+                (file, None)
             }
         };
         let linked = match self.link_anonymous(&file, target) {
@@ -402,7 +417,7 @@ impl StateDir {
             None => return Ok(None),
         };
         Ok(Some(match linked {
-            Ok(()) => LinkResult::Linked(file.into()),
+            Ok(()) => LinkResult::Linked(file.into(), id),
             Err(Errno::EEXIST) => LinkResult::Exists,
             Err(Errno::EPERM) => LinkResult::Perm,
             Err(e) => LinkResult::Failed(e, self.path.join(target)),
@@ -459,7 +474,7 @@ impl StateDir {
         let _ = unlinkat(&self.fd, tmp.as_str(), UnlinkatFlags::NoRemoveDir);
         written.at("write temporary file", || self.path.join(&tmp))?;
         Ok(match linked {
-            Ok(()) => LinkResult::Linked(file.into()),
+            Ok(()) => LinkResult::Linked(file.into(), None),
             Err(Errno::EEXIST) => LinkResult::Exists,
             Err(Errno::EPERM) => LinkResult::Perm,
             Err(e) => LinkResult::Failed(e, self.path.join(target)),
@@ -476,7 +491,7 @@ impl StateDir {
         r: LinkResult,
     ) -> Result<Option<Created>> {
         match r {
-            LinkResult::Linked(fd) => Ok(Some(Created { fd })),
+            LinkResult::Linked(fd, id) => Ok(Some(Created { fd, id })),
             LinkResult::Exists if !self.is_remote() => Ok(None),
             LinkResult::Failed(e, path) => Err(self.denied_create("create lock file", path, e)),
             LinkResult::Exists | LinkResult::Perm => {
@@ -493,7 +508,7 @@ impl StateDir {
                             .at("read lock file", || self.path_of(name))?
                             .and_then(|(h, _, _)| h);
                         if h.is_some_and(|h| h.nonce == holder.nonce) {
-                            Ok(Some(Created { fd }))
+                            Ok(Some(Created { fd, id: None }))
                         } else {
                             Ok(None)
                         }
@@ -527,7 +542,10 @@ impl StateDir {
         let mut file = std::fs::File::from(fd);
         file.write_all(holder.format().as_bytes())
             .at("write lock file", || self.path.join(target))?;
-        Ok(Some(Created { fd: file.into() }))
+        Ok(Some(Created {
+            fd: file.into(),
+            id: None,
+        }))
     }
 
     /// Reads a lock file without following a symlink, blocking on a FIFO, or reading more
@@ -650,6 +668,20 @@ impl StateDir {
         Ok(self.names_our_file(name, fd)? && self.in_place()?)
     }
 
+    /// Local filesystems: whether `name` in the directory we have open is the inode `id`.
+    fn name_is(&self, name: &LockName, id: (u64, u64)) -> Result<bool> {
+        match fstatat(
+            &self.fd,
+            name.to_string().as_str(),
+            AtFlags::AT_SYMLINK_NOFOLLOW,
+        ) {
+            #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+            Ok(st) => Ok((st.st_dev as u64, st.st_ino as u64) == id),
+            Err(Errno::ENOENT) => Ok(false),
+            Err(e) => Err(e).at("inspect lock file", || self.path_of(name)),
+        }
+    }
+
     /// Local filesystems: whether `name` in the directory we have open still points at
     /// our file `fd`, wherever that directory is now. [`StateDir::still_ours`] also asks
     /// whether the directory is still in place.
@@ -678,12 +710,26 @@ impl StateDir {
     ///
     /// `None` on a remote filesystem, where the caller closes its descriptor first (NFS
     /// would otherwise leave a `.nfsXXXX` file behind) and uses [`StateDir::still_ours`].
-    pub(crate) fn release_local(&self, name: &LockName, fd: &OwnedFd) -> Option<Result<bool>> {
+    ///
+    /// `id` is the file's `(st_dev, st_ino)` if known ([`Created::id`]): the name is then
+    /// compared with it directly. That is exact because we hold the file open: its inode
+    /// cannot be freed, so its number cannot be reused.
+    pub(crate) fn release_local(
+        &self,
+        name: &LockName,
+        fd: &OwnedFd,
+        id: Option<(u64, u64)>,
+    ) -> Option<Result<bool>> {
         if self.is_remote() {
             return None;
         }
         Some((|| {
-            if matches!(name, LockName::Master) && !self.names_our_file(name, fd)? {
+            let ours = match (name, id) {
+                (LockName::Master, Some(id)) => self.name_is(name, id)?,
+                (LockName::Master, None) => self.names_our_file(name, fd)?,
+                _ => true,
+            };
+            if !ours {
                 return Ok(false);
             }
             let removed = self.unlink(name)?;
@@ -929,7 +975,8 @@ fn denied_create_state(e: Errno, parent: &OwnedFd, path: PathBuf) -> Error {
 }
 
 enum LinkResult {
-    Linked(OwnedFd),
+    /// Linked; the file and, if known, its `(st_dev, st_ino)`.
+    Linked(OwnedFd, Option<(u64, u64)>),
     Exists,
     Perm,
     Failed(Errno, PathBuf),

@@ -27,6 +27,10 @@ pub(crate) struct Held {
     /// Our descriptor on the file: heartbeat and ownership checks. Closed on release,
     /// before the unlink (NFS would otherwise leave a `.nfsXXXX` file behind).
     fd: Mutex<Option<OwnedFd>>,
+    /// `(st_dev, st_ino)` of our file, if known without asking (made from a spare).
+    id: Option<(u64, u64)>,
+    /// Descriptors closed at the release, after the removal ([`Own::spent`]).
+    spent: Mutex<Vec<OwnedFd>>,
     /// The process that created the file; a forked child never releases it.
     owner_pid: u32,
     lost: AtomicBool,
@@ -40,6 +44,8 @@ impl Held {
             cfg,
             name: own.name,
             nonce: own.nonce,
+            id: own.created.id,
+            spent: Mutex::new(own.spent),
             fd: Mutex::new(Some(own.created.fd)),
             owner_pid: std::process::id(),
             lost: AtomicBool::new(false),
@@ -95,10 +101,11 @@ impl Held {
         if !self.lost.load(Ordering::Relaxed) {
             let fd = self.fd.lock().take();
             if let Some(fd) = fd {
-                if let Some(released) = self.sd.release_local(&self.name, &fd) {
-                    // The descriptor is closed after the removal: that wakes waiters a
-                    // system call sooner.
+                if let Some(released) = self.sd.release_local(&self.name, &fd, self.id) {
+                    // The descriptors are closed after the removal: that wakes waiters
+                    // sooner.
                     drop(fd);
+                    drop(std::mem::take(&mut *self.spent.lock()));
                     return match released? {
                         true => Ok(()),
                         false => Err(self
@@ -116,6 +123,7 @@ impl Held {
         };
         // Close our descriptor before the unlink (NFS: no `.nfsXXXX` left behind).
         drop(self.fd.lock().take());
+        drop(std::mem::take(&mut *self.spent.lock()));
         ours?;
         if self.sd.unlink(&self.name)? {
             Ok(())
@@ -493,6 +501,7 @@ impl WriteGuard {
             name,
             created,
             nonce: record.nonce,
+            spent: Vec::new(),
         };
         let reader = ReadGuard {
             held: Held::new(Arc::clone(&held.sd), Arc::clone(&held.cfg), own),

@@ -40,6 +40,11 @@ pub(crate) struct Own {
     pub(crate) name: LockName,
     pub(crate) created: Created,
     pub(crate) nonce: Uuid,
+    /// Descriptors of other files this acquisition made (a writer's pending file, already
+    /// removed, and its `.token-n`), closed when this file is released: on a local
+    /// filesystem that takes two `close`s off a hand-off. Empty on a remote filesystem,
+    /// where a descriptor left open across an unlink leaves a `.nfsXXXX` file behind.
+    pub(crate) spent: Vec<std::os::fd::OwnedFd>,
 }
 
 impl Own {
@@ -167,6 +172,7 @@ impl<'a> Attempt<'a> {
             name,
             created,
             nonce: holder.nonce,
+            spent: Vec::new(),
         }))
     }
 }
@@ -258,7 +264,7 @@ pub(crate) fn write(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<(
     let mut pending = queue(&at)?;
     at.exclude = Some(pending.name);
     // W2: wait for our turn, then create the one exclusive `.master_lock`.
-    let (master, hint) = match wait_turn(&mut at, &mut pending) {
+    let (mut master, hint) = match wait_turn(&mut at, &mut pending) {
         Ok(m) => m,
         Err(e) => {
             let _ = sd.unlink(&pending.close());
@@ -273,10 +279,17 @@ pub(crate) fn write(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<(
         let _ = sd.unlink(&LockName::Master);
         e
     };
-    sd.unlink(&pending.close()).map_err(undo)?;
+    let mut spent = Vec::new();
+    if sd.is_remote() {
+        sd.unlink(&pending.close()).map_err(undo)?;
+    } else {
+        // Removed first, closed at the release (see `Own::spent`).
+        sd.unlink(&pending.name).map_err(undo)?;
+        spent.push(pending.created.fd);
+    }
     // W4 (T1, T2), T1 from W2's last listing: made just before our `.master_lock`
     // existed, it can only be older than a fresh one, and a stale hint shows up below.
-    let (mut token, mut fresh) = allocate_token(&at, Some(hint)).map_err(undo)?;
+    let (mut token, mut fresh) = allocate_token(&at, Some(hint), &mut spent).map_err(undo)?;
     // W5: wait until the readers drain. The first listing also serves T3 and T4 of the
     // token allocation: it is made after our `.token-<n>` exists.
     let mut first = true;
@@ -289,7 +302,7 @@ pub(crate) fn write(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<(
             // give a higher token. Only a fresh T1 followed by a higher token means that
             // another writer was granted the lock after us.
             if !fresh && l.tokens.iter().any(|&k| k > token) {
-                (token, fresh) = allocate_token(&at, None).map_err(undo)?;
+                (token, fresh) = allocate_token(&at, None, &mut spent).map_err(undo)?;
                 continue;
             }
             first = false;
@@ -336,6 +349,7 @@ pub(crate) fn write(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<(
             reason: "`.master_lock` was replaced while waiting for readers".into(),
         });
     }
+    master.spent = spent;
     Ok((master, token))
 }
 
@@ -409,7 +423,13 @@ fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<(Own, u64)> {
 ///
 /// `hint` stands for T1's listing when the caller has a recent one. Returns the token and
 /// whether it came from a fresh T1 listing.
-fn allocate_token(at: &Attempt<'_>, mut hint: Option<u64>) -> Result<(u64, bool)> {
+/// On a local filesystem the new token file's descriptor goes to `spent`, to be closed at
+/// the release (see [`Own::spent`]).
+fn allocate_token(
+    at: &Attempt<'_>,
+    mut hint: Option<u64>,
+    spent: &mut Vec<std::os::fd::OwnedFd>,
+) -> Result<(u64, bool)> {
     let sd = at.sd;
     loop {
         // T1
@@ -431,7 +451,10 @@ fn allocate_token(at: &Attempt<'_>, mut hint: Option<u64>) -> Result<(u64, bool)
             });
         };
         // T2
-        if at.put(LockName::Token(next), Kind::Token)?.is_some() {
+        if let Some(own) = at.put(LockName::Token(next), Kind::Token)? {
+            if !sd.is_remote() {
+                spent.push(own.created.fd);
+            }
             return Ok((next, fresh));
         }
     }
@@ -653,7 +676,10 @@ mod tests {
                 .is_some()
         );
         // With a hint from before it (3), T2 succeeds at 4: not fresh.
-        assert_eq!(allocate_token(&at, Some(3)).expect("allocate"), (4, false));
+        assert_eq!(
+            allocate_token(&at, Some(3), &mut Vec::new()).expect("allocate"),
+            (4, false)
+        );
         // A whole write with a stale hint whose next number is free: T2 makes
         // `.token-5` (not fresh), W5 sees 9 > 5 and allocates again from a fresh listing.
         STALE_HINT.with(|h| h.set(Some(4)));
@@ -664,6 +690,9 @@ mod tests {
         assert_eq!(sd.list().expect("list").tokens, vec![10]);
         drop(own);
         // Fresh allocation: above everything.
-        assert_eq!(allocate_token(&at, None).expect("allocate"), (11, true));
+        assert_eq!(
+            allocate_token(&at, None, &mut Vec::new()).expect("allocate"),
+            (11, true)
+        );
     }
 }

@@ -360,6 +360,54 @@ fn release_reports_a_lost_lock_and_removes_nothing() {
     assert_only_token(dir.path());
 }
 
+/// A writer that waited takes `.master_lock` from a file it prepared while waiting, and
+/// its release compares the name with that file's inode without asking the file again:
+/// it must still remove only its own `.master_lock`, never a successor's.
+#[test]
+fn a_writer_that_waited_also_releases_only_its_own_master() {
+    let dir = tempdir();
+    let lk = lock(dir.path());
+    let mut a = Child::spawn("A", dir.path());
+    a.ok("write");
+    let waiter = {
+        let lk = lk.clone();
+        std::thread::spawn(move || lk.write())
+    };
+    // Readiness: the waiter has prepared its two anonymous files (a `.master_lock` and a
+    // `.token-n` to be), which shows in our descriptors as deleted files of the state
+    // directory.
+    let sd = state(dir.path());
+    wait_until("the waiter prepared its files", dir.path(), || {
+        let Ok(fds) = fs::read_dir("/proc/self/fd") else {
+            return false;
+        };
+        fds.flatten()
+            .filter_map(|e| fs::read_link(e.path()).ok())
+            .filter(|t| t.starts_with(&sd) && t.to_string_lossy().ends_with(" (deleted)"))
+            .count()
+            >= 2
+    });
+    a.ok("release");
+    let w = waiter.join().expect("join").expect("write after waiting");
+    let master = w.path();
+    fs::remove_file(&master).expect("remove .master_lock behind its back");
+    let mut c = Child::spawn("C", dir.path());
+    let t = Child::token_of(&c.ok("write"));
+    assert!(t > w.token());
+    let err = w.release().expect_err("not ours any more");
+    assert!(matches!(err, Error::LockLost { .. }), "{err:?}");
+    let st = lk.status().expect("status");
+    assert_eq!(
+        st.writer.and_then(|e| e.holder).map(|h| h.pid),
+        Some(c.pid()),
+        "the successor's `.master_lock` must survive our release"
+    );
+    c.ok("release");
+    c.finish();
+    a.finish();
+    assert_only_token(dir.path());
+}
+
 #[test]
 fn fencing_tokens_strictly_grow() {
     let dir = tempdir();
