@@ -337,7 +337,8 @@ impl StateDir {
         let content = holder.format();
         let target = name.to_string();
         if self.tmpfile.load(Ordering::Relaxed) {
-            match self.put_tmpfile(&target, content.as_bytes(), spare)? {
+            let want_id = matches!(name, LockName::Master);
+            match self.put_tmpfile(&target, content.as_bytes(), spare, want_id)? {
                 Some(r) => return self.resolve_taken(name, holder, r),
                 None => self.tmpfile.store(false, Ordering::Relaxed),
             }
@@ -382,6 +383,7 @@ impl StateDir {
         target: &str,
         content: &[u8],
         spare: Option<Spare>,
+        want_id: bool,
     ) -> Result<Option<LinkResult>> {
         use std::os::unix::fs::FileExt as _;
         let (file, id) = match spare {
@@ -409,7 +411,14 @@ impl StateDir {
                 let mut file = std::fs::File::from(fd);
                 file.write_all(content)
                     .at("write lock file", || self.path.join(target))?;
-                (file, None)
+                // `.master_lock`'s release compares its name with this inode: asking now
+                // takes the `fstat` off the release, which a hand-off waits for.
+                #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+                let id = want_id
+                    .then(|| fstat(&file).ok())
+                    .flatten()
+                    .map(|st| (st.st_dev as u64, st.st_ino as u64));
+                (file, id)
             }
         };
         let linked = match self.link_anonymous(&file, target) {
