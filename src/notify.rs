@@ -69,9 +69,9 @@ impl Watcher {
     }
 
     /// Gives up the lead and wakes the followers, one of which takes it.
-    fn resign(&self, me: u64) {
+    fn resign(&self, me: Option<u64>) {
         self.leading.store(false, Ordering::SeqCst);
-        for m in self.members.lock().iter().filter(|m| m.id != me) {
+        for m in self.members.lock().iter().filter(|m| Some(m.id) != me) {
             if m.following.load(Ordering::SeqCst) {
                 let _ = m.tx.try_send(());
             }
@@ -83,12 +83,25 @@ impl Watcher {
     /// directory can then have the old one's `(dev, ino)` (ext4 reuses inode numbers),
     /// and the old watch would never report a change in it. Reading what is queued
     /// settles it; changes read here are passed on to the members.
+    ///
+    /// Only the holder of the lead reads the instance: a read behind a leader's back
+    /// could take the event its `ppoll` was woken for, and the leader would sleep on. So
+    /// this reads only if it can take the lead, and passes changes on before it gives
+    /// the lead up (a follower that takes over must find its flag already set). While
+    /// someone leads, the leader reads the removal itself.
     fn current(&self) -> bool {
         if self.dead.load(Ordering::SeqCst) {
             return false;
         }
-        if self.drain() {
-            self.broadcast(None);
+        if self
+            .leading
+            .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
+            if self.drain() {
+                self.broadcast(None);
+            }
+            self.resign(None);
         }
         !self.dead.load(Ordering::SeqCst)
     }
@@ -159,7 +172,7 @@ impl Subscription {
             {
                 self.following.store(false, Ordering::SeqCst);
                 let ended = self.lead(until);
-                w.resign(self.id);
+                w.resign(Some(self.id));
                 if ended {
                     return;
                 }
@@ -390,7 +403,7 @@ mod tests {
         // Let it block in `recv` (a shorter pause can only let this test pass without
         // exercising the hand-over, never fail it).
         std::thread::sleep(Duration::from_millis(100));
-        w.resign(leader.id); // hands the lead to the follower
+        w.resign(Some(leader.id)); // hands the lead to the follower
         leader.wait(Duration::from_millis(20)); // leads or follows briefly, then returns
         std::fs::remove_file(dir.path().join(".master_lock")).expect("remove");
         let waited = f.join().expect("join");
@@ -410,5 +423,21 @@ mod tests {
         dir.close().expect("remove dir");
         assert!(!path.exists());
         assert!(!sub.watcher.current(), "the removal was not noticed");
+    }
+
+    /// Only the leader reads: a subscriber's check must not take the event a leader's
+    /// `ppoll` was woken for (the leader would then sleep through its whole pause).
+    #[test]
+    fn a_check_leaves_the_leaders_events_alone() {
+        let (dir, fd) = dir_with(&[".master_lock"]);
+        let sub = subscribe(&fd).expect("inotify available");
+        let w = &sub.watcher;
+        w.leading.store(true, Ordering::SeqCst); // someone leads
+        std::fs::remove_file(dir.path().join(".master_lock")).expect("remove");
+        assert!(w.current());
+        // The removal is still queued for the leader.
+        let queued = w.drain();
+        w.resign(None); // (tests share the watcher map: leave no lead behind)
+        assert!(queued, "the check read the leader's event");
     }
 }
