@@ -64,6 +64,12 @@
 //! model-checked with Spin, including crashes at every step, non-atomic directory
 //! listings and timeouts.
 //!
+//! A waiting acquisition sleeps, it never spins. On a local filesystem it is woken by
+//! inotify when a lock file is removed (one watch per process and state directory,
+//! read by a waiting thread itself, no thread of its own); polling with jittered
+//! exponential back-off between [`Builder::poll_interval`]'s bounds stays the floor, for
+//! changes made on other hosts. Every wake-up re-runs the protocol's checks.
+//!
 //! # Stale locks and leases
 //!
 //! A holder on the same host (same boot id and pid namespace) is dead exactly when its
