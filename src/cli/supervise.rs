@@ -117,9 +117,14 @@ pub(crate) fn run(mode: Mode, args: &LockArgs, lease: Option<Duration>) -> Resul
         builder = builder.lease(lease);
     }
     builder.clone().build().map_err(Error::Dir)?;
-    let cmd = Prepared::new(&args.command, mode == Mode::Write, &args.dir)?;
+    // Leaked: COMMAND's process reads it, sharing our memory, until it execs.
+    let cmd: &'static Prepared = Box::leak(Box::new(Prepared::new(
+        &args.command,
+        mode == Mode::Write,
+        &args.dir,
+    )?));
     let signals = Signals::block()?;
-    let mut child = Child::fork(&cmd, &signals.original_mask)?;
+    let mut child = Child::fork(cmd, &signals.original_mask)?;
     let pgid = child.pid();
     let mut events = Events::new(signals.fd, pgid);
 
