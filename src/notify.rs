@@ -5,8 +5,8 @@
 //!
 //! There is no thread of its own. One waiting thread at a time, the *leader*, blocks
 //! in `ppoll` on the inotify descriptor itself, so that a removal in another process
-//! wakes it directly (one kernel wake-up: 17.9 µs median on the benchmark machine,
-//! against 34.5 µs through a relay thread; BENCHMARKS.md, the `wake` table). The
+//! wakes it directly (one kernel wake-up: about 1.6× flock's own on the benchmark
+//! machine, against about 3.5× through a relay thread; BENCHMARKS.md, `wake`). The
 //! others, the *followers*, wait on their `crossbeam-channel` receivers; the leader
 //! wakes them when it reads an event that can end a wait, and hands the lead over when
 //! it stops waiting. Events that arrive while no one leads stay queued in the
