@@ -267,10 +267,11 @@ impl Child {
         // changed. It writes only its own stack and the token's bytes in the leaked
         // environment, which we never read. It calls only async-signal-safe functions
         // (no allocation, no lock) and ends in `execve` or `_exit`, after which it no
-        // longer shares our memory. It shares our thread pointer, so a failing libc call
-        // in it would set our main thread's `errno`: its calls before "go" (`close`,
+        // longer shares our memory. It shares our main thread's thread pointer, so a
+        // failing libc call in it would set that thread's `errno` (other threads have
+        // their own): its calls before "go" (`close` of its copies of our descriptors,
         // `setpgid`, `prctl`, `getppid` on itself, `read` of a pipe with the forwarded
-        // signals blocked) do not fail, and from "go" until its exec our only thread is
+        // signals blocked) do not fail, and from "go" until its exec our main thread is
         // blocked reading the exec-error pipe, where `errno` is not looked at.
         let pid = unsafe {
             libc::clone(
