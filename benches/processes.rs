@@ -198,6 +198,15 @@ fn arg<T: std::str::FromStr>(i: usize) -> T {
         .unwrap_or_else(|| panic!("{ARG_ENV}[{i}]"))
 }
 
+/// One cell per location and kind, the locations outermost.
+fn per_location<K: Copy, C>(kinds: &[K], mut make: impl FnMut(Loc, K) -> C) -> Vec<C> {
+    Loc::available()
+        .into_iter()
+        .flat_map(|loc| kinds.iter().map(move |&k| (loc, k)))
+        .map(|(loc, k)| make(loc, k))
+        .collect()
+}
+
 fn worker(role: &str) {
     let imp = Impl::parse(&env(IMPL_ENV));
     let dir = PathBuf::from(env(DIR_ENV));
@@ -989,17 +998,12 @@ fn starvation(targets: &mut Vec<Target>) {
         waits: Vec<Option<f64>>,
         rates: Vec<f64>,
     }
-    let mut cells = Vec::new();
-    for &loc in &Loc::available() {
-        for imp in Impl::ALL {
-            cells.push(Cell {
-                imp,
-                loc,
-                waits: vec![],
-                rates: vec![],
-            });
-        }
-    }
+    let mut cells = per_location(&Impl::ALL, |loc, imp| Cell {
+        imp,
+        loc,
+        waits: vec![],
+        rates: vec![],
+    });
     let mut rng = Rng::new();
     rng.each_round_shuffled(&mut cells, runs, |c, _| {
         if c.waits.iter().filter(|w| w.is_none()).count() >= 2 {
@@ -1346,18 +1350,13 @@ fn wake() {
         actions: Vec<f64>,
         round_medians: Vec<f64>,
     }
-    let mut cells = Vec::new();
-    for &loc in &Loc::available() {
-        for mech in Mech::ALL {
-            cells.push(Cell {
-                mech,
-                loc,
-                wakes: vec![],
-                actions: vec![],
-                round_medians: vec![],
-            });
-        }
-    }
+    let mut cells = per_location(&Mech::ALL, |loc, mech| Cell {
+        mech,
+        loc,
+        wakes: vec![],
+        actions: vec![],
+        round_medians: vec![],
+    });
     let mut rng = Rng::new();
     rng.each_round_shuffled(&mut cells, rounds, |c, rng| {
         let (w, a) = wake_series(c.mech, c.loc, k, rng);

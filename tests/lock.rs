@@ -341,23 +341,30 @@ fn release_reports_a_lost_lock_and_removes_nothing() {
 
     // A writer whose `.master_lock` was removed, and which another process took since.
     let w = lk.write().expect("write");
+    release_after_a_takeover(dir.path(), &lk, w);
+    assert_only_token(dir.path());
+}
+
+/// Removes `w`'s `.master_lock` behind its back, lets a child process take the write
+/// lock, and checks that `w`'s release reports the loss and leaves the successor's
+/// `.master_lock` alone.
+fn release_after_a_takeover(dir: &std::path::Path, lk: &DirLock, w: rwdir::WriteGuard) {
     let master = w.path();
     fs::remove_file(&master).expect("remove .master_lock behind its back");
-    let mut c = Child::spawn("C", dir.path());
+    let mut c = Child::spawn("C", dir);
     let t = Child::token_of(&c.ok("write"));
     assert!(t > w.token());
     let err = w.release().expect_err("not ours any more");
     assert!(matches!(err, Error::LockLost { .. }), "{err:?}");
     assert_eq!(err.path(), master);
-    // The successor's file survived our release.
     let st = lk.status().expect("status");
     assert_eq!(
         st.writer.and_then(|e| e.holder).map(|h| h.pid),
-        Some(c.pid())
+        Some(c.pid()),
+        "the successor's `.master_lock` must survive our release"
     );
     c.ok("release");
     c.finish();
-    assert_only_token(dir.path());
 }
 
 /// A writer that waited takes `.master_lock` from a file it prepared while waiting, and
@@ -389,21 +396,7 @@ fn a_writer_that_waited_also_releases_only_its_own_master() {
     });
     a.ok("release");
     let w = waiter.join().expect("join").expect("write after waiting");
-    let master = w.path();
-    fs::remove_file(&master).expect("remove .master_lock behind its back");
-    let mut c = Child::spawn("C", dir.path());
-    let t = Child::token_of(&c.ok("write"));
-    assert!(t > w.token());
-    let err = w.release().expect_err("not ours any more");
-    assert!(matches!(err, Error::LockLost { .. }), "{err:?}");
-    let st = lk.status().expect("status");
-    assert_eq!(
-        st.writer.and_then(|e| e.holder).map(|h| h.pid),
-        Some(c.pid()),
-        "the successor's `.master_lock` must survive our release"
-    );
-    c.ok("release");
-    c.finish();
+    release_after_a_takeover(dir.path(), &lk, w);
     a.finish();
     assert_only_token(dir.path());
 }
