@@ -9,7 +9,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use nix::dir::Dir;
 use nix::errno::Errno;
 use nix::fcntl::{AT_FDCWD, AtFlags, OFlag, openat};
 use nix::sys::stat::{FileStat, Mode, SFlag, fstat, fstatat, mkdirat};
@@ -20,7 +19,7 @@ use crate::error::{Error, IoResultExt, Result};
 use crate::holder::{Holder, MAX_RECORD};
 use crate::liveness::{self, Liveness};
 use crate::names::LockName;
-use crate::sys::{self, FsKind};
+use crate::sys::{self, DirReader, FsKind};
 
 /// The default name of the state directory inside the locked directory.
 pub(crate) const STATE_DIR_NAME: &str = ".rwdir";
@@ -51,9 +50,9 @@ pub(crate) struct StateDir {
     /// refusal, after which `/proc/self/fd/N` is linked instead (one path walk more).
     empty_path: AtomicBool,
     /// On a local filesystem, one directory stream rewound for each listing (saves the
-    /// open/fdopendir/close of a fresh stream). Remote filesystems open a fresh stream
-    /// every time, which is what makes the server answer.
-    stream: parking_lot::Mutex<Option<Dir>>,
+    /// open/close of a fresh stream). Remote filesystems open a fresh stream every time,
+    /// which is what makes the server answer.
+    stream: parking_lot::Mutex<Option<DirReader>>,
 }
 
 /// The lock files found by one `readdir`, by kind. Foreign names are left out.
@@ -286,24 +285,23 @@ impl StateDir {
     /// One `readdir` of the state directory.
     pub(crate) fn list(&self) -> Result<Listing> {
         let open = || {
-            Dir::openat(
+            openat(
                 &self.fd,
                 ".",
                 OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
                 Mode::empty(),
             )
+            .map(DirReader::new)
             .at("list state directory", || self.path.clone())
         };
         let mut names = Vec::new();
-        let mut collect = |dir: &mut Dir| -> Result<()> {
-            // The iterator rewinds the stream when dropped.
-            for entry in dir.iter() {
-                let entry = entry.at("list state directory", || self.path.clone())?;
-                if let Some(name) = LockName::parse(entry.file_name().to_bytes()) {
+        let mut collect = |dir: &mut DirReader| -> Result<()> {
+            dir.for_each(|name| {
+                if let Some(name) = LockName::parse(name) {
                     names.push(name);
                 }
-            }
-            Ok(())
+            })
+            .at("list state directory", || self.path.clone())
         };
         if self.is_remote() {
             collect(&mut open()?)?;
@@ -319,6 +317,15 @@ impl StateDir {
             }
         }
         Ok(Listing::from_names(names))
+    }
+
+    /// Rewinds the directory stream for the next listing now (one `lseek`): called
+    /// before sleeping, so that a listing after the wake-up does not make it. Errors are
+    /// left to that listing.
+    pub(crate) fn rewind(&self) {
+        if let Some(dir) = self.stream.lock().as_mut() {
+            let _ = dir.rewind();
+        }
     }
 
     /// `put(name)` (PROTOCOL.md §2.1): creates `name` with `holder`'s record, atomically,

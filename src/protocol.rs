@@ -129,6 +129,7 @@ impl<'a> Attempt<'a> {
         }
         if self.deadline != Deadline::Once {
             self.prepare_spares();
+            self.sd.rewind();
         }
         if self.backoff.sleep(self.deadline, self.wake.as_ref()) {
             Ok(())

@@ -263,3 +263,122 @@ mod tests {
         assert_eq!(probe_pid(pid, start), Probe::Gone);
     }
 }
+
+/// An open directory read with `getdents64(2)` into a buffer of its own. Unlike a libc
+/// directory stream, it rewinds only when asked: the rewind (`lseek`) of a listing can
+/// then be made before a waiter sleeps instead of right after the listing that grants
+/// a lock, where the caller would wait for it.
+#[derive(Debug)]
+pub(crate) struct DirReader {
+    fd: std::os::fd::OwnedFd,
+    buf: Vec<u8>,
+    /// Whether the descriptor's offset is at the start of the directory.
+    at_start: bool,
+}
+
+impl DirReader {
+    /// Room for about a thousand entries per call: one call lists a state directory.
+    const BUF: usize = 32 * 1024;
+
+    /// `fd` must be a directory opened for reading, at its start.
+    pub(crate) fn new(fd: std::os::fd::OwnedFd) -> DirReader {
+        DirReader {
+            fd,
+            buf: vec![0; Self::BUF],
+            at_start: true,
+        }
+    }
+
+    /// Moves back to the start of the directory, if not there already.
+    pub(crate) fn rewind(&mut self) -> nix::Result<()> {
+        if !self.at_start {
+            nix::unistd::lseek(&self.fd, 0, nix::unistd::Whence::SeekSet)?;
+            self.at_start = true;
+        }
+        Ok(())
+    }
+
+    /// Calls `each` with every name in the directory (`.` and `..` included), reading
+    /// until `getdents64` says the end is reached.
+    pub(crate) fn for_each(&mut self, mut each: impl FnMut(&[u8])) -> nix::Result<()> {
+        use std::os::fd::AsRawFd as _;
+        self.rewind()?;
+        self.at_start = false;
+        loop {
+            // SAFETY: the kernel writes at most `buf.len()` bytes into `buf`, which we
+            // own exclusively (`&mut self`) for the duration of the call.
+            let n = unsafe {
+                nix::libc::syscall(
+                    nix::libc::SYS_getdents64,
+                    self.fd.as_raw_fd(),
+                    self.buf.as_mut_ptr(),
+                    self.buf.len(),
+                )
+            };
+            let n = usize::try_from(Errno::result(n)?).map_err(|_| Errno::EIO)?;
+            if n == 0 {
+                return Ok(());
+            }
+            let mut data = self.buf.get(..n).ok_or(Errno::EIO)?;
+            // struct linux_dirent64: u64 d_ino, i64 d_off, u16 d_reclen, u8 d_type, then
+            // the name, NUL-terminated, padded to d_reclen.
+            while !data.is_empty() {
+                let reclen = data
+                    .get(16..18)
+                    .map(|b| usize::from(u16::from_ne_bytes([b[0], b[1]])))
+                    .ok_or(Errno::EIO)?;
+                let rec = data.get(19..reclen).ok_or(Errno::EIO)?;
+                let len = rec.iter().position(|&b| b == 0).ok_or(Errno::EIO)?;
+                each(&rec[..len]);
+                data = &data[reclen..];
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod dir_reader_tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    fn names(r: &mut DirReader) -> BTreeSet<Vec<u8>> {
+        let mut all = BTreeSet::new();
+        r.for_each(|n| {
+            assert!(all.insert(n.to_vec()), "listed twice: {n:?}");
+        })
+        .expect("list");
+        all
+    }
+
+    /// More entries than one `getdents64` call returns, listed twice on one descriptor
+    /// (the second listing rewinds by itself, and `rewind` before it changes nothing),
+    /// and then again after a change.
+    #[test]
+    fn a_directory_reader_lists_everything_every_time() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut want: BTreeSet<Vec<u8>> = [b".".to_vec(), b"..".to_vec()].into();
+        for i in 0..2000 {
+            let n = format!("{i:04}-{}", "x".repeat(40));
+            fs::write(dir.path().join(&n), b"").expect("write");
+            want.insert(n.into_bytes());
+        }
+        let fd = nix::fcntl::open(
+            dir.path(),
+            nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_DIRECTORY,
+            nix::sys::stat::Mode::empty(),
+        )
+        .expect("open");
+        let mut r = DirReader::new(fd);
+        const { assert!(2000 * 64 > DirReader::BUF, "needs several calls") };
+        assert_eq!(names(&mut r), want);
+        assert_eq!(names(&mut r), want);
+        r.rewind().expect("rewind");
+        r.rewind().expect("rewind");
+        assert_eq!(names(&mut r), want);
+        fs::remove_file(dir.path().join(format!("0007-{}", "x".repeat(40)))).expect("rm");
+        want.remove(format!("0007-{}", "x".repeat(40)).as_bytes());
+        fs::write(dir.path().join("new"), b"").expect("write");
+        want.insert(b"new".to_vec());
+        assert_eq!(names(&mut r), want);
+    }
+}
