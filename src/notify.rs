@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 use std::os::fd::AsFd;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
@@ -32,6 +32,16 @@ type Key = (u64, u64);
 static WATCHERS: Mutex<Option<HashMap<Key, Arc<Watcher>>>> = Mutex::new(None);
 static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
+/// What a wake-up reports: which kinds of lock file were removed since the subscriber
+/// last looked ([`Subscription::forget`]). A bit set; 0 when the pause just ran out.
+pub(crate) type Removed = u8;
+/// `.master_lock` was removed.
+pub(crate) const MASTER: Removed = 1;
+/// Another lock file that can end a wait (a pending writer's, a reader's, a breaker's)
+/// was removed, or anything may have happened (queue overflow, the directory gone, a
+/// read error).
+pub(crate) const OTHER: Removed = 2;
+
 /// A subscriber as the watcher sees it.
 #[derive(Debug)]
 struct Member {
@@ -39,8 +49,9 @@ struct Member {
     /// Wakes the subscriber: for a change (then `changed` is set first), or to take
     /// over the lead.
     tx: Sender<()>,
-    /// Something that can end a wait happened since the subscriber last looked.
-    changed: Arc<AtomicBool>,
+    /// Something that can end a wait happened since the subscriber last looked: the
+    /// [`Removed`] bits, 0 for nothing.
+    changed: Arc<AtomicU8>,
     /// The subscriber is (about to be) blocked as a follower.
     following: Arc<AtomicBool>,
 }
@@ -59,10 +70,10 @@ struct Watcher {
 }
 
 impl Watcher {
-    /// Tells every member but `except` that something changed.
-    fn broadcast(&self, except: Option<u64>) {
+    /// Tells every member but `except` that `removed` happened.
+    fn broadcast(&self, removed: Removed, except: Option<u64>) {
         for m in self.members.lock().iter().filter(|m| Some(m.id) != except) {
-            m.changed.store(true, Ordering::SeqCst);
+            m.changed.fetch_or(removed, Ordering::SeqCst);
             // A full channel already holds a wake-up: coalesce.
             let _ = m.tx.try_send(());
         }
@@ -98,8 +109,9 @@ impl Watcher {
             .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
             .is_ok()
         {
-            if self.drain() {
-                self.broadcast(None);
+            let removed = self.drain();
+            if removed != 0 {
+                self.broadcast(removed, None);
             }
             self.resign(None);
         }
@@ -107,9 +119,9 @@ impl Watcher {
     }
 
     /// Reads what is queued (one `read`: what does not fit stays queued, and the
-    /// descriptor stays readable for the next look). Returns whether a wait may have
-    /// ended.
-    fn drain(&self) -> bool {
+    /// descriptor stays readable for the next look). Returns what was removed, as far as
+    /// waits are concerned: 0 when no wait can have ended.
+    fn drain(&self) -> Removed {
         loop {
             match self.inotify.read_events() {
                 Ok(events) => {
@@ -120,15 +132,15 @@ impl Watcher {
                     if gone {
                         // The directory went away: fall back to polling.
                         self.dead.store(true, Ordering::SeqCst);
-                        return true;
+                        return OTHER;
                     }
-                    return events.iter().any(wakes_waiters);
+                    return events.iter().fold(0, |r, e| r | removed(e));
                 }
                 Err(Errno::EINTR) => {}
-                Err(Errno::EAGAIN) => return false,
+                Err(Errno::EAGAIN) => return 0,
                 Err(_) => {
                     self.dead.store(true, Ordering::SeqCst);
-                    return true;
+                    return OTHER;
                 }
             }
         }
@@ -140,28 +152,40 @@ impl Watcher {
 pub(crate) struct Subscription {
     id: u64,
     rx: Receiver<()>,
-    changed: Arc<AtomicBool>,
+    changed: Arc<AtomicU8>,
     following: Arc<AtomicBool>,
     watcher: Arc<Watcher>,
 }
 
 impl Subscription {
-    /// Waits for a change or for `pause`, whichever comes first.
-    pub(crate) fn wait(&self, pause: Duration) {
+    /// Waits for a change or for `pause`, whichever comes first. Returns what was
+    /// removed since the last `wait` or [`Subscription::forget`] (0: the pause ran out,
+    /// or nothing is known).
+    pub(crate) fn wait(&self, pause: Duration) -> Removed {
         if self.watcher.dead.load(Ordering::SeqCst) {
             // Polling is the floor.
             std::thread::sleep(pause);
-            return;
+            return 0;
         }
         // A pause too long to represent waits for a change only.
-        self.follow_or_lead(Instant::now().checked_add(pause));
+        self.follow_or_lead(Instant::now().checked_add(pause))
     }
 
-    fn follow_or_lead(&self, until: Option<Instant>) {
+    /// Forgets what was removed so far: called just before a listing, so that the next
+    /// wake-up reports only what happened after it.
+    pub(crate) fn forget(&self) {
+        self.changed.store(0, Ordering::SeqCst);
+    }
+
+    fn follow_or_lead(&self, until: Option<Instant>) -> Removed {
         let w = &self.watcher;
         loop {
-            if self.changed.swap(false, Ordering::SeqCst) || w.dead.load(Ordering::SeqCst) {
-                return;
+            let removed = self.changed.swap(0, Ordering::SeqCst);
+            if removed != 0 {
+                return removed;
+            }
+            if w.dead.load(Ordering::SeqCst) {
+                return OTHER;
             }
             // Announce ourselves as a follower before trying to lead, so that a leader
             // resigning meanwhile sees us and hands the lead over (both sides SeqCst).
@@ -173,8 +197,8 @@ impl Subscription {
                 self.following.store(false, Ordering::SeqCst);
                 let ended = self.lead(until);
                 w.resign(Some(self.id));
-                if ended {
-                    return;
+                if let Some(removed) = ended {
+                    return removed | self.changed.swap(0, Ordering::SeqCst);
                 }
                 continue;
             }
@@ -184,26 +208,29 @@ impl Subscription {
             };
             self.following.store(false, Ordering::SeqCst);
             if !got {
-                return; // the pause is over
+                // The pause is over (a change that came meanwhile is reported too).
+                return self.changed.swap(0, Ordering::SeqCst);
             }
             // A change (checked at the top of the loop) or the lead handed over.
         }
     }
 
     /// Blocks on the inotify descriptor until an event that can end a wait, or `until`.
-    /// Returns whether the wait is over (event, time, or error).
-    fn lead(&self, until: Option<Instant>) -> bool {
+    /// Returns what was removed once the wait is over (event, time, or error), `None`
+    /// while it is not.
+    fn lead(&self, until: Option<Instant>) -> Option<Removed> {
         let w = &self.watcher;
         loop {
             // A change another leader saw before we took over.
-            if self.changed.swap(false, Ordering::SeqCst) {
-                return true;
+            let removed = self.changed.swap(0, Ordering::SeqCst);
+            if removed != 0 {
+                return Some(removed);
             }
             let timeout = match until {
                 Some(t) => {
                     let left = t.saturating_duration_since(Instant::now());
                     if left.is_zero() {
-                        return true;
+                        return Some(0);
                     }
                     Some(TimeSpec::from_duration(left))
                 }
@@ -211,19 +238,20 @@ impl Subscription {
             };
             let mut fds = [PollFd::new(w.inotify.as_fd(), PollFlags::POLLIN)];
             match ppoll(&mut fds, timeout, None) {
-                Ok(0) => return true,
+                Ok(0) => return Some(0),
                 Ok(_) => {
-                    if w.drain() {
-                        w.broadcast(Some(self.id));
-                        return true;
+                    let removed = w.drain();
+                    if removed != 0 {
+                        w.broadcast(removed, Some(self.id));
+                        return Some(removed);
                     }
                     // Only events no one waits for: keep waiting.
                 }
                 Err(Errno::EINTR) => {}
                 Err(_) => {
                     w.dead.store(true, Ordering::SeqCst);
-                    w.broadcast(Some(self.id));
-                    return true;
+                    w.broadcast(OTHER, Some(self.id));
+                    return Some(OTHER);
                 }
             }
         }
@@ -257,7 +285,7 @@ pub(crate) fn subscribe(dir: impl AsFd) -> Option<Subscription> {
     };
     let (tx, rx) = crossbeam_channel::bounded(1);
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-    let changed = Arc::new(AtomicBool::new(false));
+    let changed = Arc::new(AtomicU8::new(0));
     let following = Arc::new(AtomicBool::new(false));
     watcher.members.lock().push(Member {
         id,
@@ -300,21 +328,24 @@ fn start(dir: &impl AsFd, pid: u32) -> Option<Arc<Watcher>> {
     }))
 }
 
-/// Whether an event can end someone's wait: the removal of a lock file other than a
-/// temporary file or a fencing token (or an overflow, after which anything may have
-/// happened).
-fn wakes_waiters(e: &nix::sys::inotify::InotifyEvent) -> bool {
+/// What an event means for waits: the removal of `.master_lock` ([`MASTER`]), of
+/// another lock file that can end a wait, or an overflow, after which anything may have
+/// happened ([`OTHER`]); 0 for a temporary file, a fencing token or a foreign name,
+/// whose removal ends no wait.
+fn removed(e: &nix::sys::inotify::InotifyEvent) -> Removed {
+    use crate::names::LockName;
     if e.mask.contains(AddWatchFlags::IN_Q_OVERFLOW) {
-        return true;
+        return OTHER;
     }
     let Some(name) = e.name.as_ref() else {
-        return true;
+        return OTHER;
     };
     use std::os::unix::ffi::OsStrExt as _;
-    !matches!(
-        crate::names::LockName::parse(name.as_bytes()),
-        Some(crate::names::LockName::Tmp { .. } | crate::names::LockName::Token(_)) | None
-    )
+    match LockName::parse(name.as_bytes()) {
+        Some(LockName::Master) => MASTER,
+        Some(LockName::Tmp { .. } | LockName::Token(_)) | None => 0,
+        Some(_) => OTHER,
+    }
 }
 
 #[cfg(test)]
@@ -425,6 +456,30 @@ mod tests {
         assert!(!sub.watcher.current(), "the removal was not noticed");
     }
 
+    /// A wake-up says what was removed, and `forget` drops what came before a listing.
+    #[test]
+    fn a_wake_up_says_what_was_removed() {
+        let slave = ".slave_lock-0e18a3fe-e080-418f-922d-b61347e980a5";
+        let (dir, fd) = dir_with(&[".master_lock", slave, ".token-3"]);
+        let sub = subscribe(&fd).expect("inotify available");
+        let long = Duration::from_secs(30);
+        std::fs::remove_file(dir.path().join(".master_lock")).expect("remove");
+        assert_eq!(sub.wait(long), MASTER);
+        // A token's removal ends no wait: only the pause's end does, and says nothing.
+        std::fs::remove_file(dir.path().join(".token-3")).expect("remove");
+        assert_eq!(sub.wait(Duration::from_millis(50)), 0);
+        std::fs::remove_file(dir.path().join(slave)).expect("remove");
+        std::fs::write(dir.path().join(".master_lock"), b"x").expect("write");
+        std::fs::remove_file(dir.path().join(".master_lock")).expect("remove");
+        assert_eq!(sub.wait(long), MASTER | OTHER);
+        // Removed, then forgotten (a listing followed): nothing to report.
+        std::fs::write(dir.path().join(".master_lock"), b"x").expect("write");
+        std::fs::remove_file(dir.path().join(".master_lock")).expect("remove");
+        assert_eq!(sub.wait(long), MASTER);
+        sub.forget();
+        assert_eq!(sub.wait(Duration::from_millis(50)), 0);
+    }
+
     /// Only the leader reads: a subscriber's check must not take the event a leader's
     /// `ppoll` was woken for (the leader would then sleep through its whole pause).
     #[test]
@@ -438,6 +493,6 @@ mod tests {
         // The removal is still queued for the leader.
         let queued = w.drain();
         w.resign(None); // (tests share the watcher map: leave no lead behind)
-        assert!(queued, "the check read the leader's event");
+        assert_eq!(queued, MASTER, "the check read the leader's event");
     }
 }

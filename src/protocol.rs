@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::fsops::{Created, Judged, Spare, StateDir};
 use crate::holder::{Holder, Kind};
 use crate::names::LockName;
-use crate::notify::{self, Subscription};
+use crate::notify::{self, Removed, Subscription};
 use crate::status::{self, Entry};
 use crate::sys;
 use crate::wait::{Backoff, Deadline};
@@ -113,8 +113,9 @@ impl<'a> Attempt<'a> {
     }
 
     /// Sleeps one back-off step; `Err(())` when the deadline forbids it. The caller
-    /// undoes its own files, then calls [`Attempt::give_up`].
-    fn sleep(&mut self) -> std::result::Result<(), ()> {
+    /// undoes its own files, then calls [`Attempt::give_up`]. Returns what the wake-up
+    /// says was removed since the last [`Attempt::look`] (0: nothing known).
+    fn sleep(&mut self) -> std::result::Result<Removed, ()> {
         if self.cancelled() {
             return Err(());
         }
@@ -124,17 +125,23 @@ impl<'a> Attempt<'a> {
             self.subscribed = true;
             self.wake = notify::subscribe(self.sd.fd());
             if self.wake.is_some() {
-                return Ok(());
+                return Ok(0);
             }
         }
         if self.deadline != Deadline::Once {
             self.prepare_spares();
             self.sd.rewind();
         }
-        if self.backoff.sleep(self.deadline, self.wake.as_ref()) {
-            Ok(())
-        } else {
-            Err(())
+        self.backoff
+            .sleep(self.deadline, self.wake.as_ref())
+            .ok_or(())
+    }
+
+    /// Marks the start of a listing that decides whether to sleep: a wake-up then
+    /// reports only removals that the listing may have missed.
+    fn look(&self) {
+        if let Some(w) = &self.wake {
+            w.forget();
         }
     }
 
@@ -209,25 +216,33 @@ pub(crate) fn read(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<Ow
     loop {
         // R1: look before announcing (liveness and writer priority only).
         loop {
+            at.look();
             let l = sd.list()?;
-            let mut blocked = false;
+            let mut queued = false;
             for p in &l.pending {
-                blocked |= sd.unlink_if_dead(p, cfg.lease)?.is_live();
+                queued |= sd.unlink_if_dead(p, cfg.lease)?.is_live();
             }
+            let mut master = false;
             if l.master {
                 match sd.judge(&LockName::Master, cfg.lease)? {
                     j if j.is_dead() => {
                         break_master(&mut at)?;
                         continue;
                     }
-                    j => blocked |= j.is_live(),
+                    j => master = j.is_live(),
                 }
             }
-            if !blocked {
+            if !queued && !master {
                 break;
             }
-            if at.sleep().is_err() {
-                return Err(at.give_up());
+            match at.sleep() {
+                Err(()) => return Err(at.give_up()),
+                // Only a writer's `.master_lock` was in our way, and the wake-up says it
+                // went away: announce at once. R1 only keeps readers from announcing
+                // while a writer waits; R3 alone decides. Should a writer have queued
+                // meanwhile (creations are not watched), R3 sees it and we withdraw.
+                Ok(removed) if !queued && removed & notify::MASTER != 0 => break,
+                Ok(_) => {}
             }
         }
         // R2: announce.
@@ -373,6 +388,7 @@ fn queue(at: &Attempt<'_>) -> Result<Own> {
 fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<(Own, u64)> {
     let (sd, cfg) = (at.sd, at.cfg);
     loop {
+        at.look();
         let l = sd.list()?;
         if !l.has(&pending.name) {
             // Judged dead (lease) or removed by `cleanup --all`: queue again.
@@ -397,8 +413,18 @@ fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<(Own, u64)> {
                 // exclusive `put` below stays the only gate.
                 Judged::Gone => {}
                 _ => {
-                    if at.sleep().is_err() {
+                    let Ok(removed) = at.sleep() else {
                         return Err(at.give_up());
+                    };
+                    // We were first in the queue and only `.master_lock` was in our way;
+                    // the wake-up says it went away: create ours at once. The exclusive
+                    // `put` is the only writer gate, whatever a listing would show; if
+                    // the name is taken again, the full W2 loop follows.
+                    if !older_live
+                        && removed & notify::MASTER != 0
+                        && let Some(master) = at.put(LockName::Master, Kind::Write)?
+                    {
+                        return Ok((master, l.tokens.last().copied().unwrap_or(0)));
                     }
                     continue;
                 }

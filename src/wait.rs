@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::notify::Subscription;
+use crate::notify::{Removed, Subscription};
 
 /// How long an acquisition may wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,27 +63,34 @@ impl Backoff {
         d
     }
 
-    /// Sleeps for the next step, cut to the deadline. Returns `false` (without sleeping)
-    /// when the deadline has passed or the call may not sleep at all.
+    /// Sleeps for the next step, cut to the deadline. Returns `None` (without sleeping)
+    /// when the deadline has passed or the call may not sleep at all, else what the
+    /// subscription saw removed (0 without one, or when the pause just ran out).
     ///
     /// With a subscription, a change in the state directory ends the pause early.
-    pub(crate) fn sleep(&mut self, deadline: Deadline, wake: Option<&Subscription>) -> bool {
+    pub(crate) fn sleep(
+        &mut self,
+        deadline: Deadline,
+        wake: Option<&Subscription>,
+    ) -> Option<Removed> {
         let pause = match deadline {
-            Deadline::Once => return false,
+            Deadline::Once => return None,
             Deadline::Never => self.step(),
             Deadline::At(t) => {
                 let now = Instant::now();
                 if now >= t {
-                    return false;
+                    return None;
                 }
                 self.step().min(t - now)
             }
         };
-        match wake {
+        Some(match wake {
             Some(sub) => sub.wait(pause),
-            None => std::thread::sleep(pause),
-        }
-        true
+            None => {
+                std::thread::sleep(pause);
+                0
+            }
+        })
     }
 }
 
@@ -125,8 +132,8 @@ mod tests {
     fn once_never_sleeps() {
         let mut b = Backoff::new(Duration::from_secs(5), Duration::from_secs(5));
         let t = Instant::now();
-        assert!(!b.sleep(Deadline::Once, None));
-        assert!(!b.sleep(Deadline::At(Instant::now()), None));
+        assert!(b.sleep(Deadline::Once, None).is_none());
+        assert!(b.sleep(Deadline::At(Instant::now()), None).is_none());
         assert!(t.elapsed() < Duration::from_secs(1));
     }
 }

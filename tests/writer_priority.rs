@@ -132,6 +132,50 @@ fn queued_writer_blocks_new_readers() {
     common::assert_only_token(dir.path());
 }
 
+/// A reader already waiting for the writer when another writer queues: the queued
+/// writer still enters first. Woken by the release, the reader may announce itself at
+/// once (only `.master_lock` was in its way when it looked), but its decisive listing
+/// shows the queue, and it withdraws.
+#[test]
+fn a_writer_queued_after_a_waiting_reader_still_enters_first() {
+    let dir = tempdir();
+    let log = dir.path().join("events.log");
+    let mut h = logged("H", dir.path(), &log);
+    // C looks again only when woken by a removal (its polling pause is a minute), so its
+    // last look before the release is the one from before B queued.
+    let mut c = Child::spawn_with(
+        "C",
+        dir.path(),
+        &Opts {
+            log: Some(log.clone()),
+            poll_ms: Some((60_000, 60_000)),
+            ..Opts::default()
+        },
+    );
+    let mut b = logged("B", dir.path(), &log);
+    let lk = lock(dir.path());
+
+    h.ok("write");
+    c.send("read");
+    wait_until("C waits for H", dir.path(), || {
+        common::prepared_files(c.pid(), dir.path()) >= 1
+    });
+    b.send("write");
+    wait_until("B is queued", dir.path(), || {
+        common::pending_pids(&lk) == [b.pid()]
+    });
+    h.ok("release");
+    assert!(b.reply().starts_with("ok write"));
+    assert_eq!(c.reply_within(Duration::from_millis(100)), None);
+    b.ok("release");
+    assert_eq!(c.reply(), "ok read 0");
+    assert_eq!(entered(&log), ["H", "B", "C"]);
+    for ch in [h, b, c] {
+        ch.finish();
+    }
+    common::assert_only_token(dir.path());
+}
+
 /// Lets the writers in one by one and returns the order in which they entered. `base`
 /// is the number of `enter` events logged before the writers could enter.
 fn drain_in_order(dir: &Path, log: &Path, base: usize, writers: &mut [Child]) -> Vec<String> {

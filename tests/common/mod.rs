@@ -201,6 +201,21 @@ pub fn wait_until(what: &str, dir: &Path, mut cond: impl FnMut() -> bool) {
 }
 
 /// The pids of the queued writers, in queue order, as `status` shows them.
+/// How many anonymous files of the state directory process `pid` holds open: a waiter
+/// makes them just before it sleeps (the files its wake-up will give names), so one
+/// showing means the waiter has looked and is about to sleep or sleeping.
+#[allow(dead_code)]
+pub fn prepared_files(pid: u32, dir: &Path) -> usize {
+    let sd = state(dir);
+    let Ok(fds) = fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return 0;
+    };
+    fds.flatten()
+        .filter_map(|e| fs::read_link(e.path()).ok())
+        .filter(|t| t.starts_with(&sd) && t.to_string_lossy().ends_with(" (deleted)"))
+        .count()
+}
+
 pub fn pending_pids(lock: &DirLock) -> Vec<u32> {
     lock.status()
         .expect("status")
