@@ -7,7 +7,7 @@ use std::io::Write as _;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nix::errno::Errno;
 use nix::fcntl::{AT_FDCWD, AtFlags, OFlag, openat};
@@ -136,6 +136,43 @@ pub(crate) struct Created {
 pub(crate) struct Spare {
     file: std::fs::File,
     id: Option<(u64, u64)>,
+    /// The record already written into the file ([`Spare::write`]), and when.
+    written: Option<(Holder, Instant)>,
+    /// The length of what the file holds.
+    len: u64,
+}
+
+impl Spare {
+    /// Writes `holder`'s record into the file now, so that the `put` after a wake-up
+    /// only links it. Best effort: if the write fails, the `put` writes again and
+    /// reports the error should it recur.
+    pub(crate) fn write(&mut self, holder: Holder) {
+        self.written = None;
+        if self.fill(holder.format().as_bytes()).is_ok() {
+            self.written = Some((holder, Instant::now()));
+        }
+    }
+
+    /// Makes `content` the whole of the file.
+    fn fill(&mut self, content: &[u8]) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt as _;
+        self.file.write_all_at(content, 0)?;
+        let len = content.len() as u64;
+        if self.len > len {
+            self.file.set_len(len)?;
+        }
+        self.len = len;
+        Ok(())
+    }
+
+    /// The record written into the file, if it was written within `fresh` and is of
+    /// `kind`.
+    pub(crate) fn record(&self, kind: crate::holder::Kind, fresh: Duration) -> Option<&Holder> {
+        self.written
+            .as_ref()
+            .filter(|(h, at)| h.kind == kind && at.elapsed() <= fresh)
+            .map(|(h, _)| h)
+    }
 }
 
 impl StateDir {
@@ -341,16 +378,15 @@ impl StateDir {
         holder: &Holder,
         spare: Option<Spare>,
     ) -> Result<Option<Created>> {
-        let content = holder.format();
         let target = name.to_string();
         if self.tmpfile.load(Ordering::Relaxed) {
             let want_id = matches!(name, LockName::Master);
-            match self.put_tmpfile(&target, content.as_bytes(), spare, want_id)? {
+            match self.put_tmpfile(&target, holder, spare, want_id)? {
                 Some(r) => return self.resolve_taken(name, holder, r),
                 None => self.tmpfile.store(false, Ordering::Relaxed),
             }
         }
-        let r = self.put_linked(&target, content.as_bytes())?;
+        let r = self.put_linked(&target, holder.format().as_bytes())?;
         self.resolve_taken(name, holder, r)
     }
 
@@ -369,6 +405,8 @@ impl StateDir {
         Some(Spare {
             file: fd.into(),
             id,
+            written: None,
+            len: 0,
         })
     }
 
@@ -388,18 +426,23 @@ impl StateDir {
     fn put_tmpfile(
         &self,
         target: &str,
-        content: &[u8],
+        holder: &Holder,
         spare: Option<Spare>,
         want_id: bool,
     ) -> Result<Option<LinkResult>> {
-        use std::os::unix::fs::FileExt as _;
         let (file, id) = match spare {
-            Some(Spare { file, id }) => {
-                // Written now, not when it was made: `since` and the mtime (which other
-                // hosts judge by) are those of the grant.
-                file.write_all_at(content, 0)
+            // Written while waiting, with this very record (see `Attempt::put`).
+            Some(s)
+                if s.written
+                    .as_ref()
+                    .is_some_and(|(h, _)| h.nonce == holder.nonce) =>
+            {
+                (s.file, s.id)
+            }
+            Some(mut s) => {
+                s.fill(holder.format().as_bytes())
                     .at("write lock file", || self.path.join(target))?;
-                (file, id)
+                (s.file, s.id)
             }
             None => {
                 let fd = match self.open_tmpfile() {
@@ -416,7 +459,7 @@ impl StateDir {
                     }
                 };
                 let mut file = std::fs::File::from(fd);
-                file.write_all(content)
+                file.write_all(holder.format().as_bytes())
                     .at("write lock file", || self.path.join(target))?;
                 // `.master_lock`'s release compares its name with this inode: asking now
                 // takes the `fstat` off the release, which a hand-off waits for.
@@ -1082,6 +1125,65 @@ fn reread_direct(fd: &OwnedFd) -> std::io::Result<Option<Option<Holder>>> {
 mod tests {
     use super::*;
     use crate::holder::Kind;
+
+    fn holder(kind: Kind, host: &str) -> Holder {
+        Holder {
+            kind,
+            host: host.into(),
+            boot_id: "b".into(),
+            pidns: 1,
+            pid: 2,
+            start: 3,
+            pgid: 0,
+            nonce: Uuid::new_v4(),
+            since_ns: 4,
+            lease_ms: 5,
+        }
+    }
+
+    fn record_at(sd: &StateDir, name: &LockName) -> Option<Holder> {
+        match sd.read(name).expect("read") {
+            Found::File { holder, .. } => holder,
+            Found::Gone => panic!("{name} is gone"),
+        }
+    }
+
+    /// A spare written ahead is linked as it is when the `put` is for its record, and
+    /// written again, whole and no longer than the new record, when it is not.
+    #[test]
+    fn a_spare_written_ahead_is_linked_with_the_right_record() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let Some(sd) = StateDir::open(dir.path(), None, true).expect("open") else {
+            panic!("no state directory");
+        };
+        let Some(mut spare) = sd.spare() else {
+            return; // no O_TMPFILE here: puts make their files themselves
+        };
+        let ahead = holder(Kind::Read, "host");
+        spare.write(ahead.clone());
+        assert_eq!(
+            spare.record(Kind::Read, Duration::from_secs(60)),
+            Some(&ahead)
+        );
+        assert_eq!(spare.record(Kind::Write, Duration::from_secs(60)), None);
+        assert_eq!(spare.record(Kind::Read, Duration::ZERO), None, "too old");
+        let a = LockName::Slave {
+            uuid: Uuid::new_v4(),
+        };
+        assert!(sd.put_with(&a, &ahead, Some(spare)).expect("put").is_some());
+        assert_eq!(record_at(&sd, &a), Some(ahead));
+
+        // Written ahead for a longer record, used for another one.
+        let mut spare = sd.spare().expect("a second spare");
+        spare.write(holder(Kind::Write, "a-much-longer-host-name"));
+        let other = holder(Kind::Break, "h");
+        let b = LockName::Break {
+            ns: 1,
+            uuid: Uuid::new_v4(),
+        };
+        assert!(sd.put_with(&b, &other, Some(spare)).expect("put").is_some());
+        assert_eq!(record_at(&sd, &b), Some(other));
+    }
 
     #[test]
     fn reread_direct_reads_the_whole_record_or_declines() {

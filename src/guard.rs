@@ -47,7 +47,7 @@ impl Held {
             id: own.created.id,
             spent: Mutex::new(own.spent),
             fd: Mutex::new(Some(own.created.fd)),
-            owner_pid: std::process::id(),
+            owner_pid: own.pid,
             lost: AtomicBool::new(false),
             released: AtomicBool::new(false),
         });
@@ -502,6 +502,7 @@ impl WriteGuard {
             created,
             nonce: record.nonce,
             spent: Vec::new(),
+            pid: record.pid,
         };
         let reader = ReadGuard {
             held: Held::new(Arc::clone(&held.sd), Arc::clone(&held.cfg), own),

@@ -111,7 +111,9 @@ pub struct Holder {
     pub pgid: u32,
     /// A fresh uuid for each file: ownership is decided by comparing nonces.
     pub nonce: Uuid,
-    /// When the file was created, in nanoseconds since the Unix epoch.
+    /// When the record was written, in nanoseconds since the Unix epoch: when the file
+    /// was created, or, for a file that a waiter prepared while it waited, at most 20 ms
+    /// before (the hand-off then only gives the file its name).
     pub since_ns: u64,
     /// How long the file counts as held without a heartbeat, when its owner cannot be
     /// checked directly (another host or pid namespace), in milliseconds.
@@ -119,7 +121,7 @@ pub struct Holder {
 }
 
 impl Holder {
-    /// When the file was created.
+    /// When the record was written (see [`Holder::since_ns`]).
     pub fn since(&self) -> SystemTime {
         UNIX_EPOCH + Duration::from_nanos(self.since_ns)
     }

@@ -15,7 +15,7 @@ use crate::holder::{Holder, Kind};
 use crate::names::LockName;
 use crate::notify::{self, Removed, Subscription};
 use crate::status::{self, Entry};
-use crate::sys;
+use crate::sys::{self, Identity};
 use crate::wait::{Backoff, Deadline};
 
 /// The settings an acquisition runs with.
@@ -45,6 +45,8 @@ pub(crate) struct Own {
     /// filesystem that takes two `close`s off a hand-off. Empty on a remote filesystem,
     /// where a descriptor left open across an unlink leaves a `.nfsXXXX` file behind.
     pub(crate) spent: Vec<std::os::fd::OwnedFd>,
+    /// The process that made the file (in its record); a forked child never releases it.
+    pub(crate) pid: u32,
 }
 
 impl Own {
@@ -59,6 +61,9 @@ impl Own {
 struct Attempt<'a> {
     sd: &'a StateDir,
     cfg: &'a Config,
+    /// Who we are, for our records: read once, so that a `put` after a wake-up asks
+    /// nothing (an acquisition runs on one thread, whose process cannot change).
+    me: Identity,
     deadline: Deadline,
     started: Instant,
     backoff: Backoff,
@@ -74,15 +79,24 @@ struct Attempt<'a> {
     /// Anonymous files made before sleeping, for the `put`s that follow a wake-up (see
     /// [`crate::fsops::Spare`]).
     spares: std::cell::RefCell<Vec<Spare>>,
-    /// How many spares a wake-up may need now (none once a writer waits for readers).
-    spares_wanted: usize,
+    /// The kinds of file a wake-up may need now, in the order of their `put`s: a writer's
+    /// `.master_lock` and `.token-n`, a reader's `.slave_lock-*`; none once a writer
+    /// waits for readers.
+    spares_wanted: &'static [Kind],
 }
+
+/// How old the record in a spare may be when the spare is given its name: older ones
+/// are written again, so that `since` (and the mtime that other hosts judge leases by)
+/// is never further than this before the grant. A spare is written before each pause,
+/// so only a wake-up after a pause longer than this writes it after the wake-up.
+const SPARE_FRESH: Duration = Duration::from_millis(20);
 
 impl<'a> Attempt<'a> {
     fn new(sd: &'a StateDir, cfg: &'a Config, deadline: Deadline, want: Kind) -> Attempt<'a> {
         Attempt {
             sd,
             cfg,
+            me: sys::identity(),
             deadline,
             started: Instant::now(),
             backoff: Backoff::new(cfg.min_poll, cfg.max_poll),
@@ -92,22 +106,31 @@ impl<'a> Attempt<'a> {
             subscribed: false,
             spares: std::cell::RefCell::new(Vec::new()),
             spares_wanted: match want {
-                Kind::Write => 2,
-                _ => 1,
+                Kind::Write => &[Kind::Write, Kind::Token],
+                _ => &[Kind::Read],
             },
         }
     }
 
-    /// Makes the files the `put`s after a wake-up will need, so that a hand-off does not
-    /// wait for inode creation: a writer's `.master_lock` and `.token-n`, a reader's
-    /// `.slave_lock-*`. Best effort, local filesystems only; made once per wait.
+    /// Makes the files the `put`s after a wake-up will need, with their records, so that
+    /// a hand-off waits neither for inode creation nor for a write: a writer's
+    /// `.master_lock` and `.token-n`, a reader's `.slave_lock-*`. Best effort, local
+    /// filesystems only; made once per wait, their records written again when older than
+    /// [`SPARE_FRESH`].
     fn prepare_spares(&self) {
         let mut spares = self.spares.borrow_mut();
-        spares.truncate(self.spares_wanted);
-        while spares.len() < self.spares_wanted {
-            match self.sd.spare() {
-                Some(s) => spares.push(s),
-                None => break,
+        // `put` takes the last one first.
+        let wanted = self.spares_wanted.iter().rev();
+        spares.truncate(wanted.len());
+        for (i, &kind) in wanted.enumerate() {
+            if spares.len() == i {
+                match self.sd.spare() {
+                    Some(s) => spares.push(s),
+                    None => break,
+                }
+            }
+            if spares[i].record(kind, SPARE_FRESH / 2).is_none() {
+                spares[i].write(record_of(&self.me, self.cfg, kind));
             }
         }
     }
@@ -174,24 +197,32 @@ impl<'a> Attempt<'a> {
     /// Creates one of our own files; a taken name (only possible if someone planted a
     /// file at a fresh uuid's name) is retried with a new uuid by the caller.
     fn put(&self, name: LockName, kind: Kind) -> Result<Option<Own>> {
-        let holder = record(self.cfg, kind);
         let spare = self.spares.borrow_mut().pop();
+        let holder = match spare.as_ref().and_then(|s| s.record(kind, SPARE_FRESH)) {
+            Some(written) => written.clone(),
+            None => record_of(&self.me, self.cfg, kind),
+        };
         Ok(self.sd.put_with(&name, &holder, spare)?.map(|created| Own {
             name,
             created,
             nonce: holder.nonce,
             spent: Vec::new(),
+            pid: holder.pid,
         }))
     }
 }
 
 /// The holder record for a new file of ours.
 pub(crate) fn record(cfg: &Config, kind: Kind) -> Holder {
-    let me = sys::identity();
+    record_of(&sys::identity(), cfg, kind)
+}
+
+/// The holder record for a new file of process `me`.
+fn record_of(me: &Identity, cfg: &Config, kind: Kind) -> Holder {
     Holder {
         kind,
-        host: me.host,
-        boot_id: me.boot_id,
+        host: me.host.clone(),
+        boot_id: me.boot_id.clone(),
         pidns: me.pidns,
         pid: me.pid,
         start: me.start,
@@ -289,7 +320,7 @@ pub(crate) fn write(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<(
     };
     // W5 below waits for readers to leave, and nothing it does after a wake-up creates
     // a file; the token's spare, if any, is used by W4 first.
-    at.spares_wanted = 0;
+    at.spares_wanted = &[];
     // W3: only now, with `.master_lock` blocking readers, leave the queue.
     let undo = |e: Error| {
         let _ = sd.unlink(&LockName::Master);
