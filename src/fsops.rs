@@ -45,6 +45,8 @@ pub(crate) struct StateDir {
     id: (u64, u64),
     /// Whether `O_TMPFILE` + `linkat` works here; cleared on the first failure.
     tmpfile: AtomicBool,
+    /// Whether `renameat2(RENAME_NOREPLACE)` works here; cleared on the first refusal.
+    renames: AtomicBool,
     /// Whether `linkat(fd, "", AT_EMPTY_PATH)` works for us (since Linux 6.10 for the
     /// file's opener, before only with `CAP_DAC_READ_SEARCH`); cleared on the first
     /// refusal, after which `/proc/self/fd/N` is linked instead (one path walk more).
@@ -125,6 +127,19 @@ pub(crate) struct Created {
     /// `(st_dev, st_ino)` of the file, when it is known without a system call (a file
     /// made from a [`Spare`]): a release then needs no `fstat` before its removal.
     pub(crate) id: Option<(u64, u64)>,
+}
+
+/// What [`StateDir::rename_token`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Renamed {
+    /// The token now has its new number.
+    Done,
+    /// The new number is taken (T2's `EEXIST`).
+    Taken,
+    /// The old number is gone.
+    Missing,
+    /// Not done here: make the new token with `put`.
+    Unsupported,
 }
 
 /// An anonymous file (`O_TMPFILE`) made ahead of time by a waiter, so that the `put`
@@ -237,6 +252,7 @@ impl StateDir {
                         kind,
                         id,
                         tmpfile: AtomicBool::new(true),
+                        renames: AtomicBool::new(true),
                         empty_path: AtomicBool::new(true),
                         stream: parking_lot::Mutex::new(None),
                     }));
@@ -663,6 +679,44 @@ impl StateDir {
                 }
             }
             Err(e) => Err(self.denied_remove("remove lock file", name, e)),
+        }
+    }
+
+    /// Whether [`StateDir::rename_token`] may work here.
+    pub(crate) fn renames_tokens(&self) -> bool {
+        !self.is_remote() && self.renames.load(Ordering::Relaxed)
+    }
+
+    /// Renames the fencing token `from` to `to` if `to` does not exist
+    /// (`renameat2(RENAME_NOREPLACE)`): T2 and T4 of PROTOCOL.md §3.7 in one step for the
+    /// usual case, where the highest token is the only one (see `allocate_token`). Local
+    /// filesystems only; `Unsupported` after the first refusal of the flag, and for
+    /// anything else that stops the rename (another user's token in a sticky state
+    /// directory): the caller then makes `to` with `put`.
+    pub(crate) fn rename_token(&self, from: u64, to: u64) -> Renamed {
+        use nix::fcntl::{RenameFlags, renameat2};
+        if !self.renames_tokens() {
+            return Renamed::Unsupported;
+        }
+        let (from, to) = (
+            LockName::Token(from).to_string(),
+            LockName::Token(to).to_string(),
+        );
+        match renameat2(
+            &self.fd,
+            from.as_str(),
+            &self.fd,
+            to.as_str(),
+            RenameFlags::RENAME_NOREPLACE,
+        ) {
+            Ok(()) => Renamed::Done,
+            Err(Errno::EEXIST) => Renamed::Taken,
+            Err(Errno::ENOENT) => Renamed::Missing,
+            Err(Errno::EINVAL | Errno::ENOSYS | Errno::EOPNOTSUPP) => {
+                self.renames.store(false, Ordering::Relaxed);
+                Renamed::Unsupported
+            }
+            Err(_) => Renamed::Unsupported,
         }
     }
 

@@ -68,7 +68,12 @@
 //! inotify when a lock file is removed (one watch per process and state directory,
 //! read by a waiting thread itself, no thread of its own); polling with jittered
 //! exponential back-off between [`Builder::poll_interval`]'s bounds stays the floor, for
-//! changes made on other hosts. Every wake-up re-runs the protocol's checks.
+//! changes made on other hosts. Every wake-up re-runs the protocol's checks, with one
+//! shortcut: when `.master_lock` alone stood in the way and the wake-up names its
+//! removal, a reader announces itself at once (its decisive listing still follows), and
+//! the first queued writer creates `.master_lock` at once (exclusively, as always). The
+//! files a wake-up creates were made, with their records, while the waiter slept, so a
+//! hand-off only gives them their names.
 //!
 //! # Stale locks and leases
 //!

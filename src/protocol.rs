@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use uuid::Uuid;
 
 use crate::error::{Error, Result};
-use crate::fsops::{Created, Judged, Spare, StateDir};
+use crate::fsops::{Created, Judged, Renamed, Spare, StateDir};
 use crate::holder::{Holder, Kind};
 use crate::names::LockName;
 use crate::notify::{self, Removed, Subscription};
@@ -106,6 +106,8 @@ impl<'a> Attempt<'a> {
             subscribed: false,
             spares: std::cell::RefCell::new(Vec::new()),
             spares_wanted: match want {
+                // A token is made by renaming the last one, where that works.
+                Kind::Write if sd.renames_tokens() => &[Kind::Write],
                 Kind::Write => &[Kind::Write, Kind::Token],
                 _ => &[Kind::Read],
             },
@@ -481,8 +483,11 @@ fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<(Own, u64)> {
 ///
 /// `hint` stands for T1's listing when the caller has a recent one. Returns the token and
 /// whether it came from a fresh T1 listing.
-/// On a local filesystem the new token file's descriptor goes to `spent`, to be closed at
-/// the release (see [`Own::spent`]).
+/// On a local filesystem the token is usually made by renaming the previous one (see
+/// below); a token made by `put` gives its descriptor to `spent`, to be closed at the
+/// release (see [`Own::spent`]). A renamed token file keeps the record of the writer that
+/// first made it: the number is what counts, and nothing reads a token's record but for
+/// display.
 fn allocate_token(
     at: &Attempt<'_>,
     mut hint: Option<u64>,
@@ -508,7 +513,18 @@ fn allocate_token(
                 ),
             });
         };
-        // T2
+        // T2, and T4 for the highest token: where the filesystem allows it, token n is
+        // renamed to n+1, which fails if n+1 exists (T2's exclusive create) and removes n
+        // in the same step (T4 removes only lower tokens, and n is the one T1 found).
+        // Any other lower token is left to T4.
+        if n > 0 {
+            match sd.rename_token(n, next) {
+                Renamed::Done => return Ok((next, fresh)),
+                // n+1 is taken, or n is gone: T1 again, from a fresh listing.
+                Renamed::Taken | Renamed::Missing => continue,
+                Renamed::Unsupported => {}
+            }
+        }
         if let Some(own) = at.put(LockName::Token(next), Kind::Token)? {
             if !sd.is_remote() {
                 spent.push(own.created.fd);
@@ -733,24 +749,58 @@ mod tests {
                 .expect("put")
                 .is_some()
         );
-        // With a hint from before it (3), T2 succeeds at 4: not fresh.
+        let renames = sd.renames_tokens();
+        // With a hint from before it (3): a token made by `put` succeeds at 4 (not
+        // fresh); a rename of 3, which is gone, sends T1 to a fresh listing: 10.
+        let (first, fresh) = allocate_token(&at, Some(3), &mut Vec::new()).expect("allocate");
         assert_eq!(
-            allocate_token(&at, Some(3), &mut Vec::new()).expect("allocate"),
-            (4, false)
+            (first, fresh),
+            if renames { (10, true) } else { (4, false) }
         );
-        // A whole write with a stale hint whose next number is free: T2 makes
-        // `.token-5` (not fresh), W5 sees 9 > 5 and allocates again from a fresh listing.
+        // A whole write with a stale hint whose token exists (a planted 4, or the one
+        // just made): T2 makes 5 (by put or by renaming 4, not fresh), W5 sees the
+        // higher token and allocates again from a fresh listing.
+        if renames {
+            assert!(
+                at.put(LockName::Token(4), Kind::Token)
+                    .expect("put")
+                    .is_some()
+            );
+        }
         STALE_HINT.with(|h| h.set(Some(4)));
         let (own, token) = write(&sd, &cfg, Deadline::Once).expect("write");
-        assert_eq!(token, 10);
+        assert_eq!(token, if renames { 11 } else { 10 });
         assert!(STALE_HINT.with(|h| h.get()).is_none(), "the hint was used");
         // T4 removed the lower tokens, the stale one included.
-        assert_eq!(sd.list().expect("list").tokens, vec![10]);
+        assert_eq!(sd.list().expect("list").tokens, vec![token]);
         drop(own);
         // Fresh allocation: above everything.
         assert_eq!(
             allocate_token(&at, None, &mut Vec::new()).expect("allocate"),
-            (11, true)
+            (token + 1, true)
         );
+        // A rename never replaces: with the next number taken, T1 looks again.
+        if renames {
+            assert!(
+                at.put(LockName::Token(token + 3), Kind::Token)
+                    .expect("put")
+                    .is_some()
+            );
+            assert!(
+                at.put(LockName::Token(token + 2), Kind::Token)
+                    .expect("put")
+                    .is_some()
+            );
+            assert_eq!(
+                allocate_token(&at, Some(token + 1), &mut Vec::new()).expect("allocate"),
+                (token + 4, true)
+            );
+            let left = vec![token + 1, token + 2, token + 4];
+            assert_eq!(
+                sd.list().expect("list").tokens,
+                left,
+                "lower ones are left to T4"
+            );
+        }
     }
 }
