@@ -1243,18 +1243,7 @@ mod tests {
     fn reread_direct_reads_the_whole_record_or_declines() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("record");
-        let holder = Holder {
-            kind: Kind::Write,
-            host: "h".into(),
-            boot_id: "b".into(),
-            pidns: 1,
-            pid: 2,
-            start: 3,
-            pgid: 0,
-            nonce: Uuid::new_v4(),
-            since_ns: 4,
-            lease_ms: 5,
-        };
+        let holder = holder(Kind::Write, "h");
         std::fs::write(&path, holder.format()).expect("write record");
         let fd: OwnedFd = std::fs::File::open(&path).expect("open").into();
         // Read to EOF first, as `read_open` does: the re-read starts again at offset 0.

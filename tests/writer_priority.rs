@@ -121,15 +121,7 @@ fn queued_writer_blocks_new_readers() {
     assert_eq!(err.kind(), ErrorKind::WouldBlock);
 
     h.ok("release");
-    assert!(b.reply().starts_with("ok write"));
-    assert_eq!(c.reply_within(Duration::from_millis(100)), None);
-    b.ok("release");
-    assert_eq!(c.reply(), "ok read 0");
-    assert_eq!(entered(&log), ["H", "B", "C"]);
-    for ch in [h, b, c] {
-        ch.finish();
-    }
-    common::assert_only_token(dir.path());
+    writer_b_then_reader_c(dir.path(), &log, [h, b, c]);
 }
 
 /// A reader already waiting for the writer when another writer queues: the queued
@@ -165,15 +157,21 @@ fn a_writer_queued_after_a_waiting_reader_still_enters_first() {
         common::pending_pids(&lk) == [b.pid()]
     });
     h.ok("release");
+    writer_b_then_reader_c(dir.path(), &log, [h, b, c]);
+}
+
+/// The end of the two tests above: H has released; B (writing) must enter and leave
+/// before C (reading) gets in, and nothing is left but the token.
+fn writer_b_then_reader_c(dir: &Path, log: &Path, [h, mut b, mut c]: [Child; 3]) {
     assert!(b.reply().starts_with("ok write"));
     assert_eq!(c.reply_within(Duration::from_millis(100)), None);
     b.ok("release");
     assert_eq!(c.reply(), "ok read 0");
-    assert_eq!(entered(&log), ["H", "B", "C"]);
+    assert_eq!(entered(log), ["H", "B", "C"]);
     for ch in [h, b, c] {
         ch.finish();
     }
-    common::assert_only_token(dir.path());
+    common::assert_only_token(dir);
 }
 
 /// Lets the writers in one by one and returns the order in which they entered. `base`
