@@ -68,6 +68,9 @@ pub(crate) struct Listing {
     pub(crate) breaks: Vec<LockName>,
     pub(crate) tmps: Vec<LockName>,
     pub(crate) tokens: Vec<u64>,
+    /// Whether the directory entry of the highest token said "regular file" (`DT_REG`):
+    /// only such a token is renamed to the next number (see `allocate_token`).
+    pub(crate) top_token_regular: bool,
 }
 
 impl Listing {
@@ -80,6 +83,14 @@ impl Listing {
             LockName::Tmp { .. } => self.tmps.contains(name),
             LockName::Token(n) => self.tokens.contains(n),
         }
+    }
+
+    /// The highest token (0 if none), and whether its entry is a regular file.
+    pub(crate) fn top_token(&self) -> (u64, bool) {
+        (
+            self.tokens.last().copied().unwrap_or(0),
+            self.top_token_regular,
+        )
     }
 
     /// Sorts an unordered set of names into a listing (also used by the fuzz target).
@@ -348,9 +359,16 @@ impl StateDir {
             .at("list state directory", || self.path.clone())
         };
         let mut names = Vec::new();
+        // The highest token seen so far, and whether its entry is a regular file.
+        let mut top: Option<(u64, bool)> = None;
         let mut collect = |dir: &mut DirReader| -> Result<()> {
-            dir.for_each(|name| {
+            dir.for_each(|name, d_type| {
                 if let Some(name) = LockName::parse(name) {
+                    if let LockName::Token(n) = name
+                        && top.is_none_or(|(m, _)| n > m)
+                    {
+                        top = Some((n, d_type == nix::libc::DT_REG));
+                    }
                     names.push(name);
                 }
             })
@@ -369,7 +387,9 @@ impl StateDir {
                 return Err(e);
             }
         }
-        Ok(Listing::from_names(names))
+        let mut l = Listing::from_names(names);
+        l.top_token_regular = top.is_some_and(|(_, regular)| regular);
+        Ok(l)
     }
 
     /// Rewinds the directory stream for the next listing now (one `lseek`): called

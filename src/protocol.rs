@@ -418,7 +418,7 @@ fn queue(at: &Attempt<'_>) -> Result<Own> {
 /// W2.
 /// Returns our `.master_lock` and the highest token of the listing that let us create
 /// it: a hint for T1 (see [`allocate_token`]).
-fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<(Own, u64)> {
+fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<(Own, (u64, bool))> {
     let (sd, cfg) = (at.sd, at.cfg);
     loop {
         at.look();
@@ -457,7 +457,7 @@ fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<(Own, u64)> {
                         && removed & notify::MASTER != 0
                         && let Some(master) = at.put(LockName::Master, Kind::Write)?
                     {
-                        return Ok((master, l.tokens.last().copied().unwrap_or(0)));
+                        return Ok((master, l.top_token()));
                     }
                     continue;
                 }
@@ -470,9 +470,11 @@ fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<(Own, u64)> {
             continue;
         }
         if let Some(master) = at.put(LockName::Master, Kind::Write)? {
-            let hint = l.tokens.last().copied().unwrap_or(0);
+            let hint = l.top_token();
             #[cfg(test)]
-            let hint = tests::STALE_HINT.with(|h| h.take()).unwrap_or(hint);
+            let hint = tests::STALE_HINT
+                .with(|h| h.take())
+                .map_or(hint, |n| (n, true));
             return Ok((master, hint));
         }
     }
@@ -481,8 +483,9 @@ fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<(Own, u64)> {
 /// T1–T2: the next fencing token, allocated while holding `.master_lock`. T3 and T4 are
 /// done on the first listing of W5, which follows at once.
 ///
-/// `hint` stands for T1's listing when the caller has a recent one. Returns the token and
-/// whether it came from a fresh T1 listing.
+/// `hint` stands for T1's listing when the caller has a recent one: the highest token,
+/// and whether its entry is a regular file. Returns the token and whether it came from a
+/// fresh T1 listing.
 /// On a local filesystem the token is usually made by renaming the previous one (see
 /// below); a token made by `put` gives its descriptor to `spent`, to be closed at the
 /// release (see [`Own::spent`]). A renamed token file keeps the record of the writer that
@@ -490,16 +493,16 @@ fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<(Own, u64)> {
 /// display.
 fn allocate_token(
     at: &Attempt<'_>,
-    mut hint: Option<u64>,
+    mut hint: Option<(u64, bool)>,
     spent: &mut Vec<std::os::fd::OwnedFd>,
 ) -> Result<(u64, bool)> {
     let sd = at.sd;
     loop {
         // T1
         let fresh = hint.is_none();
-        let n = match hint.take() {
-            Some(n) => n,
-            None => sd.list()?.tokens.last().copied().unwrap_or(0),
+        let (n, regular) = match hint.take() {
+            Some(top) => top,
+            None => sd.list()?.top_token(),
         };
         // `.token-18446744073709551615` is never reached by counting (someone planted
         // it): there is no next token, and T2 would find the name taken for ever.
@@ -516,8 +519,9 @@ fn allocate_token(
         // T2, and T4 for the highest token: where the filesystem allows it, token n is
         // renamed to n+1, which fails if n+1 exists (T2's exclusive create) and removes n
         // in the same step (T4 removes only lower tokens, and n is the one T1 found).
-        // Any other lower token is left to T4.
-        if n > 0 {
+        // Any other lower token is left to T4. Only a regular file is renamed: whatever
+        // else sits at a token name (a directory someone made there) is not ours to move.
+        if n > 0 && regular {
             match sd.rename_token(n, next) {
                 Renamed::Done => return Ok((next, fresh)),
                 // n+1 is taken, or n is gone: T1 again, from a fresh listing.
@@ -752,7 +756,8 @@ mod tests {
         let renames = sd.renames_tokens();
         // With a hint from before it (3): a token made by `put` succeeds at 4 (not
         // fresh); a rename of 3, which is gone, sends T1 to a fresh listing: 10.
-        let (first, fresh) = allocate_token(&at, Some(3), &mut Vec::new()).expect("allocate");
+        let (first, fresh) =
+            allocate_token(&at, Some((3, true)), &mut Vec::new()).expect("allocate");
         assert_eq!(
             (first, fresh),
             if renames { (10, true) } else { (4, false) }
@@ -792,7 +797,7 @@ mod tests {
                     .is_some()
             );
             assert_eq!(
-                allocate_token(&at, Some(token + 1), &mut Vec::new()).expect("allocate"),
+                allocate_token(&at, Some((token + 1, true)), &mut Vec::new()).expect("allocate"),
                 (token + 4, true)
             );
             let left = vec![token + 1, token + 2, token + 4];

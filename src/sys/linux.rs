@@ -298,9 +298,10 @@ impl DirReader {
         Ok(())
     }
 
-    /// Calls `each` with every name in the directory (`.` and `..` included), reading
-    /// until `getdents64` says the end is reached.
-    pub(crate) fn for_each(&mut self, mut each: impl FnMut(&[u8])) -> nix::Result<()> {
+    /// Calls `each` with every name in the directory (`.` and `..` included) and its
+    /// `d_type` (`DT_REG`, `DT_DIR`, ...; `DT_UNKNOWN` where the filesystem does not
+    /// say), reading until `getdents64` says the end is reached.
+    pub(crate) fn for_each(&mut self, mut each: impl FnMut(&[u8], u8)) -> nix::Result<()> {
         use std::os::fd::AsRawFd as _;
         self.rewind()?;
         self.at_start = false;
@@ -327,9 +328,10 @@ impl DirReader {
                     .get(16..18)
                     .map(|b| usize::from(u16::from_ne_bytes([b[0], b[1]])))
                     .ok_or(Errno::EIO)?;
+                let d_type = *data.get(18).ok_or(Errno::EIO)?;
                 let rec = data.get(19..reclen).ok_or(Errno::EIO)?;
                 let len = rec.iter().position(|&b| b == 0).ok_or(Errno::EIO)?;
-                each(&rec[..len]);
+                each(&rec[..len], d_type);
                 data = &data[reclen..];
             }
         }
@@ -343,7 +345,7 @@ mod dir_reader_tests {
 
     fn names(r: &mut DirReader) -> BTreeSet<Vec<u8>> {
         let mut all = BTreeSet::new();
-        r.for_each(|n| {
+        r.for_each(|n, _| {
             assert!(all.insert(n.to_vec()), "listed twice: {n:?}");
         })
         .expect("list");
