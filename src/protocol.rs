@@ -80,8 +80,8 @@ struct Attempt<'a> {
     /// [`crate::fsops::Spare`]).
     spares: std::cell::RefCell<Vec<Spare>>,
     /// The kinds of file a wake-up may need now, in the order of their `put`s: a writer's
-    /// `.master_lock` and `.token-n`, a reader's `.slave_lock-*`; none once a writer
-    /// waits for readers.
+    /// `.master_lock` (and its `.token-n` where tokens cannot be renamed), a reader's
+    /// `.slave_lock-*`; none once a writer waits for readers.
     spares_wanted: &'static [Kind],
 }
 
@@ -114,9 +114,9 @@ impl<'a> Attempt<'a> {
         }
     }
 
-    /// Makes the files the `put`s after a wake-up will need, with their records, so that
-    /// a hand-off waits neither for inode creation nor for a write: a writer's
-    /// `.master_lock` and `.token-n`, a reader's `.slave_lock-*`. Best effort, local
+    /// Makes the files the `put`s after a wake-up will need ([`Attempt::spares_wanted`]),
+    /// with their records, so that a hand-off waits neither for inode creation nor for a
+    /// write. Best effort, local
     /// filesystems only; made once per wait, their records written again when older than
     /// [`SPARE_FRESH`].
     fn prepare_spares(&self) {

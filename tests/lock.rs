@@ -380,19 +380,10 @@ fn a_writer_that_waited_also_releases_only_its_own_master() {
         let lk = lk.clone();
         std::thread::spawn(move || lk.write())
     };
-    // Readiness: the waiter has prepared its two anonymous files (a `.master_lock` and a
-    // `.token-n` to be), which shows in our descriptors as deleted files of the state
-    // directory.
-    let sd = state(dir.path());
+    // Readiness: the waiter holds its queue file and has prepared the `.master_lock` to
+    // be (see `prepared_files`).
     wait_until("the waiter prepared its files", dir.path(), || {
-        let Ok(fds) = fs::read_dir("/proc/self/fd") else {
-            return false;
-        };
-        fds.flatten()
-            .filter_map(|e| fs::read_link(e.path()).ok())
-            .filter(|t| t.starts_with(&sd) && t.to_string_lossy().ends_with(" (deleted)"))
-            .count()
-            >= 2
+        common::prepared_files(std::process::id(), dir.path()) >= 2
     });
     a.ok("release");
     let w = waiter.join().expect("join").expect("write after waiting");

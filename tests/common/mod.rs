@@ -201,9 +201,11 @@ pub fn wait_until(what: &str, dir: &Path, mut cond: impl FnMut() -> bool) {
 }
 
 /// The pids of the queued writers, in queue order, as `status` shows them.
-/// How many anonymous files of the state directory process `pid` holds open: a waiter
-/// makes them just before it sleeps (the files its wake-up will give names), so one
-/// showing means the waiter has looked and is about to sleep or sleeping.
+/// How many files made with `O_TMPFILE` in the state directory process `pid` holds open
+/// (their descriptors read as `#INODE (deleted)`, even once linked): a waiter's own lock
+/// files (a writer's queue file), and the files it makes just before it sleeps, for its
+/// wake-up to give names. Counting the latter tells that the waiter has looked and is
+/// about to sleep or sleeping.
 #[allow(dead_code)]
 pub fn prepared_files(pid: u32, dir: &Path) -> usize {
     let sd = state(dir);
