@@ -801,6 +801,34 @@ impl StateDir {
         Ok(self.names_our_file(name, fd)? && self.in_place()?)
     }
 
+    /// Whether our file `name` (made as `created`, with `nonce` in its record) is still
+    /// ours: [`StateDir::still_ours`], by the inode number where it is known without
+    /// asking (it cannot be reused while we hold the file open).
+    pub(crate) fn owns(&self, name: &LockName, created: &Created, nonce: Uuid) -> Result<bool> {
+        match created.id {
+            Some(id) if !self.is_remote() => Ok(self.name_is(name, id)? && self.in_place()?),
+            _ => self.still_ours(name, &created.fd, nonce),
+        }
+    }
+
+    /// Removes our file `name` only while it is still ours ([`StateDir::owns`]): the
+    /// undo of a write that gave up or failed. `.master_lock` is a reused name: if a
+    /// judge by lease broke ours meanwhile, the file there now is someone else's and
+    /// stays. The check and the unlink are two steps; nobody can replace our file between
+    /// them unless they judged us dead, and an owner that renews its files every lease/3
+    /// is never judged dead (PROTOCOL.md §11). `Ok(false)`: not ours, nothing removed.
+    pub(crate) fn unlink_own(
+        &self,
+        name: &LockName,
+        created: &Created,
+        nonce: Uuid,
+    ) -> Result<bool> {
+        if !self.owns(name, created, nonce)? {
+            return Ok(false);
+        }
+        self.unlink(name)
+    }
+
     /// Local filesystems: whether `name` in the directory we have open is the inode `id`.
     fn name_is(&self, name: &LockName, id: (u64, u64)) -> Result<bool> {
         match fstatat(

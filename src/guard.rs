@@ -159,7 +159,7 @@ impl Held {
     }
 
     fn period(&self) -> Duration {
-        (self.cfg.lease / 3).max(Duration::from_millis(50))
+        self.cfg.refresh_period()
     }
 
     /// One heartbeat now, on the owner's thread (`refresh`): the thread's beat, and then
@@ -503,6 +503,7 @@ impl WriteGuard {
             nonce: record.nonce,
             spent: Vec::new(),
             pid: record.pid,
+            touched: std::cell::Cell::new(Instant::now()),
         };
         let reader = ReadGuard {
             held: Held::new(Arc::clone(&held.sd), Arc::clone(&held.cfg), own),

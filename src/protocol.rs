@@ -2,6 +2,7 @@
 //! breaking of `.master_lock` (B0–B4), the fencing token (T1–T4) and cleanup (C1–C3, A1).
 //! Step labels in comments refer to that document.
 
+use std::cell::Cell;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,6 +35,15 @@ pub(crate) struct Config {
     pub(crate) heartbeat: bool,
 }
 
+impl Config {
+    /// How often an owner renews each of its files (PROTOCOL.md §3.8, H2): lease/3, so
+    /// that a file whose owner runs is never older than a third of the lease, from its
+    /// creation to its removal, while waiting as well as while holding.
+    pub(crate) fn refresh_period(&self) -> Duration {
+        (self.lease / 3).max(Duration::from_millis(50))
+    }
+}
+
 /// A lock file we created and still own.
 #[derive(Debug)]
 pub(crate) struct Own {
@@ -47,9 +57,34 @@ pub(crate) struct Own {
     pub(crate) spent: Vec<std::os::fd::OwnedFd>,
     /// The process that made the file (in its record); a forked child never releases it.
     pub(crate) pid: u32,
+    /// When the file's mtime was last set: at its creation, or by [`Own::keep_fresh`].
+    pub(crate) touched: Cell<Instant>,
 }
 
 impl Own {
+    /// H2 while waiting: renews the file's mtime through our own descriptor once a
+    /// heartbeat period has passed since it was made or last renewed. A judge by lease
+    /// (another host, another pid namespace) must never find a waiting owner's file
+    /// stale (issue #18). Touching our own inode can never renew a successor's file.
+    /// Best effort: a file that was lost meanwhile is found by the checks that decide
+    /// (W2's listing for a pending file, W6 for `.master_lock`).
+    fn keep_fresh(&self, period: Duration) {
+        if self.touched.get().elapsed() >= period {
+            self.touch();
+        }
+    }
+
+    /// Sets the file's mtime to now, through our own descriptor.
+    fn touch(&self) {
+        let _ = StateDir::touch(&self.created.fd);
+        self.touched.set(Instant::now());
+    }
+
+    /// When [`Own::keep_fresh`] must run next.
+    fn due(&self, period: Duration) -> Option<Instant> {
+        self.touched.get().checked_add(period)
+    }
+
     /// Closes our descriptor and gives back the name to unlink: the descriptor must be
     /// closed before the unlink, or NFS leaves a `.nfsXXXX` file behind.
     pub(crate) fn close(self) -> LockName {
@@ -140,10 +175,18 @@ impl<'a> Attempt<'a> {
     /// Sleeps one back-off step; `Err(())` when the deadline forbids it. The caller
     /// undoes its own files, then calls [`Attempt::give_up`]. Returns what the wake-up
     /// says was removed since the last [`Attempt::look`] (0: nothing known).
-    fn sleep(&mut self) -> std::result::Result<Removed, ()> {
+    ///
+    /// `keep` are the files we own while waiting: each is renewed when due, and the pause
+    /// ends in time for the next renewal, whatever the poll interval.
+    fn sleep(&mut self, keep: &[&Own]) -> std::result::Result<Removed, ()> {
         if self.cancelled() {
             return Err(());
         }
+        let period = self.cfg.refresh_period();
+        for own in keep {
+            own.keep_fresh(period);
+        }
+        let renew = keep.iter().filter_map(|own| own.due(period)).min();
         if !self.subscribed && self.deadline != Deadline::Once {
             // Subscribe only when we must wait, then look again at once: a change made
             // before the subscription existed would otherwise be missed.
@@ -158,7 +201,7 @@ impl<'a> Attempt<'a> {
             self.sd.rewind();
         }
         self.backoff
-            .sleep(self.deadline, self.wake.as_ref())
+            .sleep(self.deadline, renew, self.wake.as_ref())
             .ok_or(())
     }
 
@@ -210,6 +253,7 @@ impl<'a> Attempt<'a> {
             nonce: holder.nonce,
             spent: Vec::new(),
             pid: holder.pid,
+            touched: Cell::new(Instant::now()),
         }))
     }
 }
@@ -259,7 +303,7 @@ pub(crate) fn read(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<Ow
             if l.master {
                 match sd.judge(&LockName::Master, cfg.lease)? {
                     j if j.is_dead() => {
-                        break_master(&mut at)?;
+                        break_master(&mut at, &[])?;
                         continue;
                     }
                     j => master = j.is_live(),
@@ -268,7 +312,7 @@ pub(crate) fn read(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<Ow
             if !queued && !master {
                 break;
             }
-            match at.sleep() {
+            match at.sleep(&[]) {
                 Err(()) => return Err(at.give_up()),
                 // Only a writer's `.master_lock` was in our way, and the wake-up says it
                 // went away: announce at once. R1 only keeps readers from announcing
@@ -300,7 +344,7 @@ pub(crate) fn read(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<Ow
             return Ok(own);
         }
         sd.unlink(&own.close())?;
-        if at.sleep().is_err() {
+        if at.sleep(&[]).is_err() {
             return Err(at.give_up());
         }
     }
@@ -324,8 +368,13 @@ pub(crate) fn write(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<(
     // a file; the token's spare, if any, is used by W4 first.
     at.spares_wanted = &[];
     // W3: only now, with `.master_lock` blocking readers, leave the queue.
+    // Undo removes `.master_lock` only while it is ours: a judge by lease may have broken
+    // it while we waited (we were paused, say) and another writer may own the name now.
+    let remove_master = || {
+        let _ = sd.unlink_own(&master.name, &master.created, master.nonce);
+    };
     let undo = |e: Error| {
-        let _ = sd.unlink(&LockName::Master);
+        remove_master();
         e
     };
     let mut spent = Vec::new();
@@ -356,7 +405,7 @@ pub(crate) fn write(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<(
             }
             first = false;
             if l.tokens.iter().any(|&k| k > token) {
-                let _ = sd.unlink(&LockName::Master);
+                remove_master();
                 return Err(Error::LockLost {
                     path: sd.path_of(&LockName::Token(token)),
                     reason: "a later fencing token exists: another writer was granted the lock"
@@ -386,13 +435,20 @@ pub(crate) fn write(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<(
         if !live {
             break;
         }
-        if at.sleep().is_err() {
-            let _ = sd.unlink(&LockName::Master);
+        if at.sleep(&[&master]).is_err() {
+            // Removed first: the error names who is in our way, and that is not us.
+            remove_master();
             return Err(at.give_up());
         }
     }
-    // W6: on a filesystem where judgements are leases, make sure the file is still ours.
-    if sd.is_remote() && !sd.still_ours(&master.name, &master.created.fd, master.nonce)? {
+    // The grant. Renew `.master_lock` now: it may have been made long ago, and the
+    // heartbeat's first beat comes up to one period from now.
+    master.touch();
+    // W6, on every filesystem: a local directory can be shared with processes that judge
+    // us by lease (another pid namespace), so the file may have been broken and made
+    // again by someone else while we waited. Checked after the touch, which renewed our
+    // own inode only: from here on a judge by lease finds it fresh.
+    if !sd.owns(&master.name, &master.created, master.nonce)? {
         return Err(Error::LockLost {
             path: sd.path_of(&LockName::Master),
             reason: "`.master_lock` was replaced while waiting for readers".into(),
@@ -437,7 +493,7 @@ fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<(Own, (u64, bool
         if l.master {
             match sd.judge(&LockName::Master, cfg.lease)? {
                 j if j.is_dead() => {
-                    break_master(at)?;
+                    break_master(at, &[&*pending])?;
                     continue;
                 }
                 // Listed, but `open` finds it gone: count it as absent. On a remote
@@ -446,7 +502,7 @@ fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<(Own, (u64, bool
                 // exclusive `put` below stays the only gate.
                 Judged::Gone => {}
                 _ => {
-                    let Ok(removed) = at.sleep() else {
+                    let Ok(removed) = at.sleep(&[&*pending]) else {
                         return Err(at.give_up());
                     };
                     // We were first in the queue and only `.master_lock` was in our way;
@@ -464,7 +520,7 @@ fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<(Own, (u64, bool
             }
         }
         if older_live {
-            if at.sleep().is_err() {
+            if at.sleep(&[&*pending]).is_err() {
                 return Err(at.give_up());
             }
             continue;
@@ -540,7 +596,8 @@ fn allocate_token(
 
 /// B0–B4: removes a `.master_lock` whose owner is dead, with breakers made mutually
 /// exclusive by unique `.break-*` markers. Returns whether this call removed it.
-fn break_master(at: &mut Attempt<'_>) -> Result<bool> {
+/// `keep`: the caller's own files, kept fresh while this waits (a writer's pending file).
+fn break_master(at: &mut Attempt<'_>, keep: &[&Own]) -> Result<bool> {
     let (sd, cfg) = (at.sd, at.cfg);
     // B0: wait while another live breaker is at work.
     loop {
@@ -555,7 +612,7 @@ fn break_master(at: &mut Attempt<'_>) -> Result<bool> {
         if !live_breaker {
             break;
         }
-        if at.sleep().is_err() {
+        if at.sleep(keep).is_err() {
             return Err(at.give_up());
         }
     }
@@ -570,14 +627,17 @@ fn break_master(at: &mut Attempt<'_>) -> Result<bool> {
     else {
         return Ok(false);
     };
-    let result = exclusive_break(at, &marker.name);
+    let result = exclusive_break(at, &marker, keep);
     // B4
     let _ = sd.unlink(&marker.close());
     result
 }
 
-fn exclusive_break(at: &mut Attempt<'_>, marker: &LockName) -> Result<bool> {
+fn exclusive_break(at: &mut Attempt<'_>, own: &Own, keep: &[&Own]) -> Result<bool> {
     let (sd, cfg) = (at.sd, at.cfg);
+    let marker = &own.name;
+    let mut held: Vec<&Own> = keep.to_vec();
+    held.push(own);
     // B2: wait until we are the only live breaker; the older one wins.
     loop {
         let l = sd.list()?;
@@ -594,7 +654,7 @@ fn exclusive_break(at: &mut Attempt<'_>, marker: &LockName) -> Result<bool> {
         if older {
             return Ok(false);
         }
-        if at.sleep().is_err() {
+        if at.sleep(&held).is_err() {
             return Err(at.give_up());
         }
     }
@@ -635,7 +695,7 @@ pub(crate) fn cleanup(sd: &StateDir, cfg: &Config, dry_run: bool) -> Result<Vec<
             Kind::Break,
         );
         let broken = dry_run
-            || match break_master(&mut at) {
+            || match break_master(&mut at, &[]) {
                 Ok(broken) => broken,
                 // Another live breaker kept it busy (B0, B2): that one removes the file.
                 // This call removed nothing, which is not a failure of cleanup.

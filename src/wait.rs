@@ -63,26 +63,32 @@ impl Backoff {
         d
     }
 
-    /// Sleeps for the next step, cut to the deadline. Returns `None` (without sleeping)
-    /// when the deadline has passed or the call may not sleep at all, else what the
-    /// subscription saw removed (0 without one, or when the pause just ran out).
+    /// Sleeps for the next step, cut to the deadline and to `until` (the next renewal of
+    /// the waiter's own files). Returns `None` (without sleeping) when the deadline has
+    /// passed or the call may not sleep at all, else what the subscription saw removed
+    /// (0 without one, or when the pause just ran out).
     ///
     /// With a subscription, a change in the state directory ends the pause early.
     pub(crate) fn sleep(
         &mut self,
         deadline: Deadline,
+        until: Option<Instant>,
         wake: Option<&Subscription>,
     ) -> Option<Removed> {
+        let now = Instant::now();
         let pause = match deadline {
             Deadline::Once => return None,
             Deadline::Never => self.step(),
             Deadline::At(t) => {
-                let now = Instant::now();
                 if now >= t {
                     return None;
                 }
                 self.step().min(t - now)
             }
+        };
+        let pause = match until {
+            Some(u) => pause.min(u.saturating_duration_since(now)).max(Self::FLOOR),
+            None => pause,
         };
         Some(match wake {
             Some(sub) => sub.wait(pause),
@@ -132,8 +138,8 @@ mod tests {
     fn once_never_sleeps() {
         let mut b = Backoff::new(Duration::from_secs(5), Duration::from_secs(5));
         let t = Instant::now();
-        assert!(b.sleep(Deadline::Once, None).is_none());
-        assert!(b.sleep(Deadline::At(Instant::now()), None).is_none());
+        assert!(b.sleep(Deadline::Once, None, None).is_none());
+        assert!(b.sleep(Deadline::At(Instant::now()), None, None).is_none());
         assert!(t.elapsed() < Duration::from_secs(1));
     }
 }

@@ -702,3 +702,187 @@ fn refresh_of_a_lost_lock_is_lock_lost() {
     assert!(matches!(r.refresh(), Err(Error::LockLost { .. })));
     assert!(lk.status().expect("status").is_free());
 }
+
+// ---------------------------------------------------------------------------------
+// Files a waiter owns (issue #18): kept fresh while it waits, and never removed once
+// they are someone else's. A judge by lease (another host, another pid namespace) breaks
+// a file whose mtime is older than the lease, however alive its owner: a waiting
+// writer's queue file and `.master_lock` must be renewed from their creation on, not
+// only after the grant. Those judges need other namespaces and are tested with real
+// processes in tests/lease.rs; here the mtime and the ownership checks are watched
+// directly.
+
+/// A lock with a heartbeat period of 100 ms (lease 300 ms) whose polling pauses are far
+/// longer (5 s): only the renewal of its own files can cut a waiter's pause short.
+fn short_lease_slow_poll(dir: &std::path::Path) -> DirLock {
+    DirLock::builder(dir)
+        .lease(Duration::from_millis(300))
+        .poll_interval(Duration::from_secs(5), Duration::from_secs(5))
+        .build()
+        .expect("build lock")
+}
+
+/// The one state-directory entry whose name starts with `prefix`.
+fn only_entry(dir: &std::path::Path, prefix: &str) -> std::path::PathBuf {
+    let found: Vec<_> = fs::read_dir(state(dir))
+        .expect("list state dir")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(prefix))
+        })
+        .collect();
+    assert_eq!(found.len(), 1, "one {prefix}* entry: {found:?}");
+    found.into_iter().next().expect("one entry")
+}
+
+/// Ages `path` to a minute old, twice, and each time waits until its owner renewed it.
+fn renewed_twice_while_waiting(dir: &std::path::Path, path: &std::path::Path) {
+    for round in 0..2 {
+        common::age(path, Duration::from_secs(60));
+        let aged = mtime(path);
+        wait_until(
+            &format!("renewal {round} of {}", path.display()),
+            dir,
+            || mtime(path) > aged,
+        );
+    }
+}
+
+#[test]
+fn a_queued_writer_renews_its_queue_file_while_it_waits() {
+    let dir = tempdir();
+    let lk = short_lease_slow_poll(dir.path());
+    let holder = lk.write().expect("write");
+    let waiter = {
+        let lk = lk.clone();
+        std::thread::spawn(move || lk.write().map(|w| w.token()))
+    };
+    wait_until("the waiter queued", dir.path(), || {
+        common::pending_pids(&lk).len() == 1
+    });
+    let pending = only_entry(dir.path(), ".pending_lock-");
+    renewed_twice_while_waiting(dir.path(), &pending);
+    assert!(pending.exists(), "still queued, under the same name");
+    holder.release().expect("release");
+    let token = waiter.join().expect("join").expect("write after waiting");
+    assert!(token >= 2);
+    assert_only_token(dir.path());
+}
+
+#[test]
+fn a_writer_waiting_for_readers_renews_its_master_lock() {
+    let dir = tempdir();
+    let lk = short_lease_slow_poll(dir.path());
+    let reader = lk.read().expect("read");
+    let waiter = {
+        let lk = lk.clone();
+        std::thread::spawn(move || lk.write().map(|w| w.token()))
+    };
+    wait_until("the waiter made .master_lock", dir.path(), || {
+        state(dir.path()).join(".master_lock").exists() && common::pending_pids(&lk).is_empty()
+    });
+    let master = state(dir.path()).join(".master_lock");
+    renewed_twice_while_waiting(dir.path(), &master);
+    reader.release().expect("release");
+    waiter.join().expect("join").expect("write after waiting");
+    assert_only_token(dir.path());
+}
+
+/// `.master_lock` is renewed at the grant: after a wait, its first heartbeat is up to a
+/// period away, and a file made long before would meanwhile look stale to a judge by
+/// lease. With a 30 s lease nothing else renews it within the test.
+#[test]
+fn a_write_grant_renews_master_lock() {
+    let dir = tempdir();
+    let lk = DirLock::builder(dir.path())
+        .lease(Duration::from_secs(30))
+        .build()
+        .expect("build lock");
+    let reader = lk.read().expect("read");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let waiter = {
+        let lk = lk.clone();
+        std::thread::spawn(move || {
+            let w = lk.write().expect("write after waiting");
+            tx.send(mtime(&w.path())).expect("send");
+            // Held until the test has read the mtime at the grant.
+            w
+        })
+    };
+    let master = state(dir.path()).join(".master_lock");
+    wait_until("the waiter made .master_lock", dir.path(), || {
+        master.exists() && common::pending_pids(&lk).is_empty()
+    });
+    common::age(&master, Duration::from_secs(60));
+    let aged = mtime(&master);
+    reader.release().expect("release");
+    let at_grant = rx.recv().expect("the grant");
+    assert!(
+        at_grant > aged,
+        "`.master_lock` was not renewed at the grant: {at_grant:?} <= {aged:?}"
+    );
+    waiter.join().expect("join").release().expect("release");
+}
+
+/// Replaces `.master_lock` by another file, as a judge by lease does when it breaks a
+/// stale one and makes its own; returns the new file's content.
+fn take_over_master(dir: &std::path::Path) -> Vec<u8> {
+    let master = state(dir).join(".master_lock");
+    fs::remove_file(&master).expect("break .master_lock");
+    let content = b"another writer's .master_lock\n".to_vec();
+    common::plant(&master, &content);
+    content
+}
+
+/// A writer that gives up while waiting for readers removes `.master_lock` only if it is
+/// still its own: after a break by a judge by lease, the name is someone else's.
+#[test]
+fn a_timed_out_writer_leaves_a_master_lock_that_is_not_its_own() {
+    let dir = tempdir();
+    let lk = lock(dir.path());
+    let reader = lk.read().expect("read");
+    let waiter = {
+        let lk = lk.clone();
+        std::thread::spawn(move || lk.try_write_for(Duration::from_secs(2)).map(|w| w.token()))
+    };
+    let master = state(dir.path()).join(".master_lock");
+    wait_until("the waiter made .master_lock", dir.path(), || {
+        master.exists() && common::pending_pids(&lk).is_empty()
+    });
+    let planted = take_over_master(dir.path());
+    let err = waiter.join().expect("join").expect_err("timed out");
+    assert!(matches!(err, Error::TimedOut { .. }), "{err}");
+    assert_eq!(
+        fs::read(&master).ok(),
+        Some(planted),
+        "the timed-out writer removed a `.master_lock` that was not its own"
+    );
+    drop(reader);
+}
+
+/// W6 on a local filesystem: a writer whose `.master_lock` was replaced while it waited
+/// for readers must not enter when they leave.
+#[test]
+fn a_writer_whose_master_lock_was_replaced_while_waiting_does_not_enter() {
+    let dir = tempdir();
+    let lk = lock(dir.path());
+    let reader = lk.read().expect("read");
+    let waiter = {
+        let lk = lk.clone();
+        std::thread::spawn(move || lk.write().map(|w| w.token()))
+    };
+    let master = state(dir.path()).join(".master_lock");
+    wait_until("the waiter made .master_lock", dir.path(), || {
+        master.exists() && common::pending_pids(&lk).is_empty()
+    });
+    let planted = take_over_master(dir.path());
+    reader.release().expect("release");
+    let err = waiter
+        .join()
+        .expect("join")
+        .expect_err("the lock was lost while waiting");
+    assert!(matches!(err, Error::LockLost { .. }), "{err}");
+    assert_eq!(fs::read(&master).ok(), Some(planted), "left alone");
+}
