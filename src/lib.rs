@@ -80,11 +80,15 @@
 //! A holder on the same host (same boot id and pid namespace) is dead exactly when its
 //! pid is gone or belongs to a process with another start time; a process group named in
 //! the record keeps it alive while any member lives. Any other holder (another host,
-//! a container) is dead when its file's mtime is older than its lease; holders renew
-//! their mtime every lease/3 from a background thread (or, with
+//! a container) is dead when its file's mtime is older than its lease. Every file an
+//! acquisition creates is renewed every lease/3 from its creation until its removal:
+//! while the acquisition waits, by the waiting thread itself (a queued writer's file, a
+//! writer's `.master_lock` while readers drain, renewed once more at the grant); while
+//! the lock is held, by a background thread (or, with
 //! [`Builder::background_heartbeat(false)`](Builder::background_heartbeat), by calling
-//! [`ReadGuard::refresh`] or [`WriteGuard::refresh`]). A malformed file counts as held
-//! until it is older than the lease. `.master_lock`, the one reused name, is only ever
+//! [`ReadGuard::refresh`] or [`WriteGuard::refresh`]). So a process that keeps running is
+//! never judged dead by lease, however long it waits or holds. A malformed file counts as
+//! held until it is older than the lease. `.master_lock`, the one reused name, is only ever
 //! removed by a breaker that first made itself the only breaker.
 //!
 //! # Network filesystems
@@ -93,9 +97,12 @@
 //! the nonce read back through `open`, never by link counts or inode numbers, and a
 //! lost `link` race reported as `EPERM` is resolved the same way. Judging a holder on
 //! another host can only be a lease: a holder paused for longer than its lease (SIGSTOP,
-//! a VM pause) loses the lock while believing it holds it. The heartbeat notices that
-//! ([`WriteGuard::is_lost`], [`WriteGuard::check`]), but only the fencing token protects
-//! a resource that rejects stale tokens.
+//! a VM pause) loses the lock while believing it holds it. It never removes a
+//! `.master_lock` that is no longer its own; a writer that was waiting re-checks its
+//! `.master_lock` before it enters and reports [`Error::LockLost`] instead; a holder's
+//! heartbeat notices the loss ([`WriteGuard::is_lost`], [`WriteGuard::check`]). Until it
+//! runs again, two writers may work at once: only the fencing token protects a resource
+//! that rejects stale tokens.
 //!
 //! # Pitfalls
 //!
