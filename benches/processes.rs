@@ -16,6 +16,8 @@
 
 #![allow(clippy::disallowed_methods)]
 
+#[path = "../tests/cli/bin.rs"]
+mod bin;
 mod common;
 
 use std::fs::File;
@@ -1181,19 +1183,8 @@ fn cpu(targets: &mut Vec<Target>) {
 fn command(targets: &mut Vec<Target>) {
     let (rounds, per) = if quick() { (1, 5) } else { (7, 30) };
     println!("## The command: whole-process invocations\n");
-    let bin = std::env::var("RWDIR_BENCH_BIN")
-        .ok()
-        .or_else(|| option_env!("CARGO_BIN_EXE_rwdir").map(String::from));
-    let Some(bin) = bin else {
-        println!("Skipped: the `rwdir` binary was not built (feature `cli` off).\n");
-        targets.push(Target {
-            what: "`rwdir read DIR -- true` / `flock -s FILE true`".into(),
-            target: "≤ 1.3×".into(),
-            measured: "binary not built".into(),
-            met: None,
-        });
-        return;
-    };
+    // The workspace's `rwdir` (built here, release), or RWDIR_BENCH_BIN.
+    let bin = std::env::var("RWDIR_BENCH_BIN").unwrap_or_else(|_| bin::rwdir_bin().to_string());
     let flock = which("flock");
     println!(
         "fork+exec+wait of each command from this process, stdout and stderr to /dev/null; {rounds} rounds × {per} invocations per command, commands shuffled in each round; µs per invocation, median [min–max] of the round medians; × = median of per-round ratios. `flock` is util-linux flock(1) ({}).\n",

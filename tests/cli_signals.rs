@@ -393,7 +393,7 @@ fn ctrl_z_and_fg_in_an_interactive_shell() {
     expect_output(&rx, &mut seen, "PROMPT$ ");
     let line = format!(
         "{} write {} sh -c 'printf \"rea%s\\n\" dy; read x; echo got:$x'\n",
-        util::BIN,
+        util::rwdir_bin(),
         t.d()
     );
     master.write_all(line.as_bytes()).expect("type");
@@ -433,7 +433,7 @@ fn a_background_job_that_reads_the_terminal_runs_after_fg() {
     // the shell reports the job stopped.
     let line = format!(
         "{} write {} sh -c 'read x; echo got:$x' &\n",
-        util::BIN,
+        util::rwdir_bin(),
         t.d()
     );
     master.write_all(line.as_bytes()).expect("type");

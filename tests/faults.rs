@@ -10,7 +10,6 @@
 //! fails) those tests pass with a printed note. Mounts are undone by a guard, also
 //! when a test fails.
 
-#![cfg(feature = "cli")]
 #![allow(clippy::disallowed_methods)]
 
 mod common;
@@ -74,7 +73,7 @@ fn run(cmd: Command, line: String) -> Ran {
 
 /// `rwdir ARGS...`.
 fn rwdir(args: &[&str]) -> Ran {
-    let mut cmd = Command::new(util::BIN);
+    let mut cmd = Command::new(util::rwdir_bin());
     cmd.args(args);
     run(cmd, format!("rwdir {}", args.join(" ")))
 }
@@ -533,7 +532,7 @@ fn running_out_of_file_descriptors_fails_cleanly() {
             vec!["status", &d],
             vec!["cleanup", &d],
         ] {
-            let mut cmd = Command::new(util::BIN);
+            let mut cmd = Command::new(util::rwdir_bin());
             cmd.args(&args);
             // SAFETY: setrlimit is async-signal-safe and touches only the child.
             unsafe {
@@ -705,7 +704,7 @@ while :; do sleep 0.1; done"#;
 fn start_trapped(t: &util::Dir, mode: &str, name: &str) -> util::Holder {
     let ready = t.path(name);
     let stderr = t.path(&format!("{name}.stderr"));
-    let mut cmd = Command::new(util::BIN);
+    let mut cmd = Command::new(util::rwdir_bin());
     cmd.current_dir(t.root())
         .args([mode, &t.d(), "sh", "-c", TERM_TRAP])
         .arg(&ready)

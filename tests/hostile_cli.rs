@@ -8,7 +8,6 @@
 //! killed and fails its test. Library-only cases of the same kind, with fewer names:
 //! `tests/hostile_files.rs`.
 
-#![cfg(feature = "cli")]
 #![allow(clippy::disallowed_methods)]
 
 mod common;
@@ -201,7 +200,7 @@ fn rwdir_measured(t: &Dir, args: &[&str]) -> Ran {
         files.path().join("stderr"),
         files.path().join("usage"),
     );
-    let mut argv: Vec<String> = vec![util::BIN.into(), "--lease".into(), "1".into()];
+    let mut argv: Vec<String> = vec![util::rwdir_bin().into(), "--lease".into(), "1".into()];
     argv.extend(args.iter().map(|a| a.to_string()));
     let mut cmd = Command::new(exe);
     cmd.args(["child_entry", "--exact", "--nocapture", "--test-threads=1"])
@@ -277,7 +276,7 @@ impl As {
             ],
         };
         let ok = a
-            .command(util::BIN)
+            .command(util::rwdir_bin())
             .arg("--version")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -286,7 +285,7 @@ impl As {
         if !ok {
             eprintln!(
                 "note: {why}: skipped (`setpriv` cannot run {} as nobody)",
-                util::BIN
+                util::rwdir_bin()
             );
             return None;
         }
@@ -311,7 +310,7 @@ fn rwdir(t: &Dir, args: &[&str]) -> Ran {
 }
 
 fn rwdir_as(who: &As, t: &Dir, args: &[&str]) -> Ran {
-    let mut cmd = who.command(util::BIN);
+    let mut cmd = who.command(util::rwdir_bin());
     cmd.current_dir(t.root()).args(["--lease", "1"]).args(args);
     let mut line = who.prefix.join(" ");
     let _ = write!(line, " rwdir --lease 1 {}", args.join(" "));

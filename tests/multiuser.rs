@@ -9,7 +9,6 @@
 //! also when a test fails; the command and the library (this test binary in a child
 //! role) run as them through `setpriv`. Without root these tests pass with a note.
 
-#![cfg(feature = "cli")]
 #![allow(clippy::disallowed_methods)]
 
 mod common;
@@ -155,11 +154,11 @@ impl Team {
         }
         drop(_turn);
         // The binaries must be reachable by the new users.
-        let probe = team.run_as(&team.users[0], "022", util::BIN, &["--version"]);
+        let probe = team.run_as(&team.users[0], "022", util::rwdir_bin(), &["--version"]);
         if !probe.status.success() {
             eprintln!(
                 "note: {why}: skipped ({} cannot run as {}: {})",
-                util::BIN,
+                util::rwdir_bin(),
                 team.users[0].name,
                 probe.stderr
             );
@@ -192,7 +191,7 @@ impl Team {
     fn rwdir(&self, user: &User, umask: &str, args: &[&str]) -> Ran {
         let mut all = vec!["--lease", "1"];
         all.extend_from_slice(args);
-        self.run_as(user, umask, util::BIN, &all)
+        self.run_as(user, umask, util::rwdir_bin(), &all)
     }
 }
 
@@ -308,7 +307,7 @@ impl Drop for Holding {
 /// `rwdir MODE DIR sh -c 'echo held; cat >/dev/null'` as `user`: holds until stdin
 /// closes.
 fn hold_cmd(team: &Team, user: &User, umask: &str, mode: &str, dir: &Path) -> Holding {
-    let mut c = team.command(user, umask, util::BIN);
+    let mut c = team.command(user, umask, util::rwdir_bin());
     c.args(["--lease", "1", mode])
         .arg(dir)
         .args(["sh", "-c", "echo held; exec cat >/dev/null"]);

@@ -25,6 +25,9 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use rwdir::{DirLock, Liveness};
 
+#[path = "cli/bin.rs"]
+mod bin;
+
 // ------------------------------------------------------------------------------ rig
 
 struct Rig {
@@ -829,8 +832,9 @@ fn crashed_host_is_taken_over_after_the_lease() {
             env: vec![],
         },
     );
-    // `rwdir status --json` on the survivor, while it waits, if the CLI was built.
-    if let Some(rwdir) = option_env!("CARGO_BIN_EXE_rwdir") {
+    // `rwdir status --json` on the survivor, while it waits.
+    {
+        let rwdir = bin::rwdir_bin();
         let dir = rig.b.join(name);
         let o = on_host(&rig, "hostb", None)
             .arg(rwdir)
@@ -1030,10 +1034,7 @@ fn frozen_cli_holder_gets_its_command_stopped() {
     let Some(rig) = rig("frozen_cli_holder_gets_its_command_stopped") else {
         return;
     };
-    let Some(rwdir) = option_env!("CARGO_BIN_EXE_rwdir") else {
-        eprintln!("note: frozen CLI test skipped: the rwdir binary was not built (feature cli)");
-        return;
-    };
+    let rwdir = bin::rwdir_bin();
     let name = "frozen-cli";
     let out = fresh(&rig, name);
     let (tok, term) = (out.join("token"), out.join("term"));

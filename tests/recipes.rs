@@ -19,18 +19,13 @@ use rwdir::DirLock;
 
 const RECIPES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/recipes");
 
-/// The `rwdir` binary of this test run. It exists only when the `cli` feature (a
-/// default one) is on; without it these tests cannot run.
-fn rwdir_bin() -> PathBuf {
-    match option_env!("CARGO_BIN_EXE_rwdir") {
-        Some(p) => PathBuf::from(p),
-        None => panic!("the rwdir binary is not built: run the tests with the `cli` feature"),
-    }
-}
+#[path = "cli/bin.rs"]
+mod bin;
+use bin::rwdir_bin;
 
 /// PATH with the directory of our `rwdir` first.
 fn path_with_rwdir() -> OsString {
-    let bin = rwdir_bin();
+    let bin = Path::new(rwdir_bin());
     let mut dirs = vec![bin.parent().expect("binary has a directory").to_path_buf()];
     if let Some(old) = std::env::var_os("PATH") {
         dirs.extend(std::env::split_paths(&old));
@@ -569,7 +564,7 @@ fn cleanup_unit_parses_and_its_commands_run() {
     let s = setup();
     let lock = DirLock::new(&s.dir).expect("lock");
     let reader = lock.read().expect("read lock");
-    let bin = rwdir_bin();
+    let bin = Path::new(rwdir_bin());
     let here = |cmd: &str| {
         cmd.replace("/usr/local/bin/rwdir", &bin.to_string_lossy())
             .replace("/srv/app", &s.dir.to_string_lossy())

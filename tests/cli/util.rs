@@ -16,8 +16,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "bin.rs"]
+mod bin;
 /// The binary under test.
-pub const BIN: &str = env!("CARGO_BIN_EXE_rwdir");
+pub use bin::rwdir_bin;
 
 /// The bound for anything that should happen "soon". Generous: only a failing test
 /// ever waits this long.
@@ -90,7 +92,7 @@ impl Dir {
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
     {
-        let mut cmd = Command::new(BIN);
+        let mut cmd = Command::new(rwdir_bin());
         cmd.current_dir(self.root());
         let args: Vec<OsString> = args.into_iter().map(|a| a.as_ref().to_owned()).collect();
         cmd.args(&args);
