@@ -38,7 +38,8 @@ fn build() -> String {
         .unwrap_or_else(|e| panic!("cannot run {what}: {e}"));
     assert!(
         out.status.success(),
-        "{what} failed ({}); its errors are above",
+        "{what} failed ({}); its errors are above. The tests that run the command need \
+         the rwdir repository's workspace, whose member `cli/` builds it.",
         out.status
     );
     // One JSON object per line; the artifact line of the binary names its path.
