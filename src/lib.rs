@@ -115,12 +115,7 @@
 //! - Threads of one process take the lock like separate processes; a thread that waits
 //!   for a write lock while the same thread holds a read lock waits for ever.
 
-#![warn(
-    missing_docs,
-    missing_debug_implementations,
-    unreachable_pub,
-    rust_2018_idioms
-)]
+#![warn(missing_docs, unreachable_pub)]
 
 mod error;
 mod fsops;

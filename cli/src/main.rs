@@ -1,12 +1,7 @@
 //! `rwdir`: run a command under a reader-writer lock on a directory, show who holds the
 //! lock, and clean up after dead holders. See `rwdir --help` and `docs/cli.md`.
 
-#![warn(
-    missing_docs,
-    missing_debug_implementations,
-    rust_2018_idioms,
-    clippy::undocumented_unsafe_blocks
-)]
+#![warn(missing_docs)]
 
 mod cli;
 
