@@ -136,7 +136,14 @@ def run_one(cfg, work):
                depth=int(depth.group(1)) if depth else None, secs=round(secs, 1),
                errors=int(errors.group(1)) if errors else None, kind=kind.group(1) if kind else "",
                trunc=trunc)
-    res["result"] = "ERROR" if res["errors"] is None or trunc else ("FAIL" if res["errors"] else "PASS")
+    # a counterexample is definite (pan always says "Search not completed" after one);
+    # a search cut short without one proves nothing: INCOMPLETE, never a PASS
+    if res["errors"] is None:
+        res["result"] = "ERROR"
+    elif res["errors"]:
+        res["result"] = "FAIL"
+    else:
+        res["result"] = "INCOMPLETE" if trunc else "PASS"
     with open(os.path.join(d, "pan.out"), "w") as f:
         f.write(out)
     trail = os.path.join(d, "model.pml.trail")
