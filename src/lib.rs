@@ -122,6 +122,8 @@
     rust_2018_idioms
 )]
 
+mod config;
+mod entry;
 mod error;
 mod fsops;
 #[cfg(feature = "fuzzing")]
@@ -129,6 +131,7 @@ mod fsops;
 pub mod fuzzing;
 mod guard;
 mod holder;
+mod judge;
 mod liveness;
 mod lock;
 mod names;
@@ -138,6 +141,7 @@ mod status;
 mod sys;
 mod wait;
 
+pub use entry::Entry;
 pub use error::{Error, Result};
 pub use guard::{ReadGuard, WriteGuard};
 pub use holder::{Holder, Kind};
@@ -147,7 +151,7 @@ pub use lock::{
     cleanup_all,
 };
 pub use names::LockName;
-pub use status::{Entry, Status};
+pub use status::Status;
 
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
