@@ -17,7 +17,6 @@ use uuid::Uuid;
 
 use crate::error::{Error, IoResultExt, Result};
 use crate::holder::{Holder, MAX_RECORD};
-use crate::liveness::{self, Liveness};
 use crate::names::LockName;
 use crate::sys::{self, DirReader, FsKind};
 
@@ -740,40 +739,6 @@ impl StateDir {
         }
     }
 
-    /// Reads and judges a lock file.
-    pub(crate) fn judge(&self, name: &LockName, malformed_lease: Duration) -> Result<Judged> {
-        Ok(match self.read(name)? {
-            Found::Gone => Judged::Gone,
-            Found::File { holder, mtime, .. } => Judged::File {
-                liveness: liveness::judge(
-                    holder.as_ref(),
-                    mtime,
-                    self.judge_now(),
-                    malformed_lease,
-                ),
-            },
-        })
-    }
-
-    /// `unlink_if_dead` for unique names (PROTOCOL.md §2.2): reads, judges, and removes
-    /// the file if its owner is dead.
-    pub(crate) fn unlink_if_dead(
-        &self,
-        name: &LockName,
-        malformed_lease: Duration,
-    ) -> Result<Judged> {
-        debug_assert!(name.is_unique());
-        let j = self.judge(name, malformed_lease)?;
-        if let Judged::File {
-            liveness: Liveness::Dead,
-            ..
-        } = j
-        {
-            self.unlink(name)?;
-        }
-        Ok(j)
-    }
-
     /// Whether our own file `name`, open as `fd`, is still ours: it has not been unlinked,
     /// and the name still points at the same inode in the state directory that is still
     /// in place (local), or at a record with our nonce (remote filesystems, where inode
@@ -1008,30 +973,6 @@ impl StateDir {
         use nix::sys::stat::futimens;
         use nix::sys::time::TimeSpec;
         futimens(fd, &TimeSpec::UTIME_NOW, &TimeSpec::UTIME_NOW)
-    }
-}
-
-/// A read-and-judged lock file.
-#[derive(Debug, Clone)]
-pub(crate) enum Judged {
-    Gone,
-    File { liveness: Liveness },
-}
-
-impl Judged {
-    pub(crate) fn is_dead(&self) -> bool {
-        matches!(
-            self,
-            Judged::File {
-                liveness: Liveness::Dead,
-                ..
-            }
-        )
-    }
-
-    /// Present and not dead: it blocks whoever it is in the way of.
-    pub(crate) fn is_live(&self) -> bool {
-        matches!(self, Judged::File { liveness, .. } if !liveness.is_dead())
     }
 }
 

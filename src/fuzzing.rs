@@ -25,11 +25,12 @@ use nix::sys::time::TimeSpec;
 use parking_lot::Mutex;
 use uuid::Uuid;
 
+use crate::entry::Entry;
 use crate::error::Error;
 use crate::fsops::Listing;
 use crate::holder::{Holder, Kind, MAX_RECORD, sanitize};
 use crate::names::LockName;
-use crate::status::{Entry, Status};
+use crate::status::Status;
 use crate::sys;
 use crate::{DirLock, Liveness, ReadGuard, WriteGuard};
 

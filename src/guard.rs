@@ -11,11 +11,12 @@ use nix::errno::Errno;
 use parking_lot::Mutex;
 use uuid::Uuid;
 
+use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::fsops::StateDir;
 use crate::holder::Kind;
 use crate::names::LockName;
-use crate::protocol::{self, Config, Own};
+use crate::protocol::{self, Own};
 
 /// A lock file this process holds.
 #[derive(Debug)]

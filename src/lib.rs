@@ -117,6 +117,8 @@
 
 #![warn(missing_docs, unreachable_pub)]
 
+mod config;
+mod entry;
 mod error;
 mod fsops;
 #[cfg(feature = "fuzzing")]
@@ -124,6 +126,7 @@ mod fsops;
 pub mod fuzzing;
 mod guard;
 mod holder;
+mod judge;
 mod liveness;
 mod lock;
 mod names;
@@ -133,6 +136,7 @@ mod status;
 mod sys;
 mod wait;
 
+pub use entry::Entry;
 pub use error::{Error, Result};
 pub use guard::{ReadGuard, WriteGuard};
 pub use holder::{Holder, Kind};
@@ -142,7 +146,7 @@ pub use lock::{
     cleanup_all,
 };
 pub use names::LockName;
-pub use status::{Entry, Status};
+pub use status::Status;
 
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

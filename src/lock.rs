@@ -7,11 +7,13 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+use crate::config::Config;
+use crate::entry::Entry;
 use crate::error::{Error, Result};
 use crate::fsops::StateDir;
 use crate::guard::{Held, ReadGuard, WriteGuard};
-use crate::protocol::{self, Config};
-use crate::status::{self, Entry, Status};
+use crate::protocol;
+use crate::status::{self, Status};
 use crate::wait::Deadline;
 
 /// Default lease: how long a holder on another host counts as alive without a heartbeat.

@@ -3,46 +3,21 @@
 //! Step labels in comments refer to that document.
 
 use std::cell::Cell;
-use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use uuid::Uuid;
 
+use crate::config::Config;
+use crate::entry::Entry;
 use crate::error::{Error, Result};
-use crate::fsops::{Created, Judged, Renamed, Spare, StateDir};
+use crate::fsops::{Created, Renamed, Spare, StateDir};
 use crate::holder::{Holder, Kind};
+use crate::judge::{Judge, Judged};
 use crate::names::LockName;
 use crate::notify::{self, Removed, Subscription};
-use crate::status::{self, Entry};
 use crate::sys::{self, Identity};
 use crate::wait::{Backoff, Deadline};
-
-/// The settings an acquisition runs with.
-#[derive(Debug, Clone)]
-pub(crate) struct Config {
-    pub(crate) dir: PathBuf,
-    pub(crate) state_dir: Option<PathBuf>,
-    pub(crate) lease: Duration,
-    pub(crate) min_poll: Duration,
-    pub(crate) max_poll: Duration,
-    pub(crate) pgid: u32,
-    /// Set from another thread to make waiting acquisitions give up (`Cancel`).
-    pub(crate) cancel: Option<Arc<AtomicBool>>,
-    /// Whether held files are refreshed by the process's heartbeat thread
-    /// (`Builder::background_heartbeat`); otherwise only by the guards' `refresh`.
-    pub(crate) heartbeat: bool,
-}
-
-impl Config {
-    /// How often an owner renews each of its files (PROTOCOL.md §3.8, H2): lease/3, so
-    /// that a file whose owner runs is never older than a third of the lease, from its
-    /// creation to its removal, while waiting as well as while holding.
-    pub(crate) fn refresh_period(&self) -> Duration {
-        (self.lease / 3).max(Duration::from_millis(50))
-    }
-}
 
 /// A lock file we created and still own.
 #[derive(Debug)]
@@ -96,6 +71,7 @@ impl Own {
 struct Attempt<'a> {
     sd: &'a StateDir,
     cfg: &'a Config,
+    judge: Judge<'a>,
     /// Who we are, for our records: read once, so that a `put` after a wake-up asks
     /// nothing (an acquisition runs on one thread, whose process cannot change).
     me: Identity,
@@ -131,6 +107,7 @@ impl<'a> Attempt<'a> {
         Attempt {
             sd,
             cfg,
+            judge: Judge::new(sd, cfg),
             me: sys::identity(),
             deadline,
             started: Instant::now(),
@@ -295,13 +272,10 @@ pub(crate) fn read(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<Ow
         loop {
             at.look();
             let l = sd.list()?;
-            let mut queued = false;
-            for p in &l.pending {
-                queued |= sd.unlink_if_dead(p, cfg.lease)?.is_live();
-            }
+            let queued = at.judge.any_live(&l.pending)?;
             let mut master = false;
             if l.master {
-                match sd.judge(&LockName::Master, cfg.lease)? {
+                match at.judge.judge(&LockName::Master)? {
                     j if j.is_dead() => {
                         break_master(&mut at, &[])?;
                         continue;
@@ -423,10 +397,7 @@ pub(crate) fn write(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<(
         if l.slaves.is_empty() {
             break;
         }
-        let mut live = false;
-        for s in &l.slaves {
-            live |= sd.unlink_if_dead(s, cfg.lease).map_err(undo)?.is_live();
-        }
+        let live = at.judge.any_live(&l.slaves).map_err(undo)?;
         // Every listed reader is gone or was dead and removed: drained. This listing was
         // made after our `.master_lock` existed, so a reader missing from it announced
         // itself later and its decisive R3 listing sees `.master_lock`: it withdraws. Not
@@ -475,7 +446,7 @@ fn queue(at: &Attempt<'_>) -> Result<Own> {
 /// Returns our `.master_lock` and the highest token of the listing that let us create
 /// it: a hint for T1 (see [`allocate_token`]).
 fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<(Own, (u64, bool))> {
-    let (sd, cfg) = (at.sd, at.cfg);
+    let sd = at.sd;
     loop {
         at.look();
         let l = sd.list()?;
@@ -487,11 +458,11 @@ fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<(Own, (u64, bool
         }
         let mut older_live = false;
         for p in l.pending.iter().filter(|p| **p != pending.name) {
-            let live = sd.unlink_if_dead(p, cfg.lease)?.is_live();
+            let live = at.judge.unlink_if_dead(p)?.is_live();
             older_live |= live && p.order_key() < pending.name.order_key();
         }
         if l.master {
-            match sd.judge(&LockName::Master, cfg.lease)? {
+            match at.judge.judge(&LockName::Master)? {
                 j if j.is_dead() => {
                     break_master(at, &[&*pending])?;
                     continue;
@@ -598,15 +569,12 @@ fn allocate_token(
 /// exclusive by unique `.break-*` markers. Returns whether this call removed it.
 /// `keep`: the caller's own files, kept fresh while this waits (a writer's pending file).
 fn break_master(at: &mut Attempt<'_>, keep: &[&Own]) -> Result<bool> {
-    let (sd, cfg) = (at.sd, at.cfg);
+    let sd = at.sd;
     // B0: wait while another live breaker is at work.
     loop {
         let l = sd.list()?;
-        let mut live_breaker = false;
-        for b in &l.breaks {
-            live_breaker |= sd.unlink_if_dead(b, cfg.lease)?.is_live();
-        }
-        if !l.master || !sd.judge(&LockName::Master, cfg.lease)?.is_dead() {
+        let live_breaker = at.judge.any_live(&l.breaks)?;
+        if !l.master || !at.judge.judge(&LockName::Master)?.is_dead() {
             return Ok(false);
         }
         if !live_breaker {
@@ -634,7 +602,7 @@ fn break_master(at: &mut Attempt<'_>, keep: &[&Own]) -> Result<bool> {
 }
 
 fn exclusive_break(at: &mut Attempt<'_>, own: &Own, keep: &[&Own]) -> Result<bool> {
-    let (sd, cfg) = (at.sd, at.cfg);
+    let sd = at.sd;
     let marker = &own.name;
     let mut held: Vec<&Own> = keep.to_vec();
     held.push(own);
@@ -643,7 +611,7 @@ fn exclusive_break(at: &mut Attempt<'_>, own: &Own, keep: &[&Own]) -> Result<boo
         let l = sd.list()?;
         let (mut others, mut older) = (false, false);
         for b in l.breaks.iter().filter(|b| *b != marker) {
-            if sd.unlink_if_dead(b, cfg.lease)?.is_live() {
+            if at.judge.unlink_if_dead(b)?.is_live() {
                 others = true;
                 older |= b.order_key() < marker.order_key();
             }
@@ -659,7 +627,7 @@ fn exclusive_break(at: &mut Attempt<'_>, own: &Own, keep: &[&Own]) -> Result<boo
         }
     }
     // B3: re-read while exclusive; nothing can replace a dead owner's file now.
-    if sd.judge(&LockName::Master, cfg.lease)?.is_dead() {
+    if at.judge.judge(&LockName::Master)?.is_dead() {
         return sd.unlink(&LockName::Master);
     }
     Ok(false)
@@ -668,6 +636,7 @@ fn exclusive_break(at: &mut Attempt<'_>, own: &Own, keep: &[&Own]) -> Result<boo
 /// C1–C3: removes dead holders' files; returns what was removed.
 pub(crate) fn cleanup(sd: &StateDir, cfg: &Config, dry_run: bool) -> Result<Vec<Entry>> {
     let mut removed = Vec::new();
+    let judge = Judge::new(sd, cfg);
     let l = sd.list()?;
     let unique = l
         .slaves
@@ -676,16 +645,16 @@ pub(crate) fn cleanup(sd: &StateDir, cfg: &Config, dry_run: bool) -> Result<Vec<
         .chain(&l.breaks)
         .chain(&l.tmps);
     for name in unique {
-        let entry = status::entry(sd, cfg, name)?;
+        let entry = judge.entry(name)?;
         if let Some(e) = entry.filter(|e| e.regular && e.liveness.is_dead()) {
             // Re-judged by unlink_if_dead so that a file replaced meanwhile survives.
-            if dry_run || sd.unlink_if_dead(name, cfg.lease)?.is_dead() {
+            if dry_run || judge.unlink_if_dead(name)?.is_dead() {
                 removed.push(e);
             }
         }
     }
     if l.master
-        && let Some(e) = status::entry(sd, cfg, &LockName::Master)?
+        && let Some(e) = judge.entry(&LockName::Master)?
         && e.liveness.is_dead()
     {
         let mut at = Attempt::new(
@@ -732,8 +701,9 @@ pub(crate) fn cleanup_all(sd: &StateDir, cfg: &Config, dry_run: bool) -> Result<
     // another user's file in a sticky directory): remove all the rest, then report the
     // first failure.
     let mut first_error = None;
+    let judge = Judge::new(sd, cfg);
     for name in names {
-        let step = status::entry(sd, cfg, &name).and_then(|e| match e {
+        let step = judge.entry(&name).and_then(|e| match e {
             Some(e) if dry_run || sd.unlink(&name)? => Ok(Some(e)),
             _ => Ok(None),
         });
@@ -763,10 +733,11 @@ fn blocker(sd: &StateDir, cfg: &Config, want: Kind, exclude: Option<&LockName>) 
     if want == Kind::Write {
         candidates.extend(l.slaves.iter().copied());
     }
+    let judge = Judge::new(sd, cfg);
     candidates
         .iter()
         .filter(|n| Some(*n) != exclude)
-        .filter_map(|n| status::entry(sd, cfg, n).ok().flatten())
+        .filter_map(|n| judge.entry(n).ok().flatten())
         .find(|e| !e.liveness.is_dead())
 }
 

@@ -1,0 +1,891 @@
+#!/usr/bin/env python3
+"""Generate a Promela model of the rwdir lock-file protocols for Spin.
+
+Every file-system operation (create / unlink / rename / link / a listdir
+snapshot / a read of one file) is one atomic step.  Processes are unrolled
+(one proctype per process) so that every guard is a constant expression.
+
+Processes: writers W0..W{NW-1} (Spin pids 0..NW-1), readers R0..R{NR-1}
+(pids NW..NW+NR-1), and a Chaos process that may crash any non-idle process
+at any step (its files stay behind; it restarts as a new incarnation, i.e. a
+new pid/start time).  A file's content is its owner's code
+    o = pid*NINC + incarnation + 1,
+and an owner is alive iff it is the current incarnation of its process.
+
+Namespaces and leases (--ns, --variant; docs/protocol.md section 11): every
+process has a namespace.  Within one namespace the judgement "owner dead" is
+exact (dead iff crashed).  Across namespaces it is a lease: a file is judged
+dead iff it is stale.  Each lock file has a stale bit; a Lease process may set
+it at any step ("the lease expires") when the owner does not keep the file
+fresh: the owner crashed, or (variant old) it is not yet inside, or inside
+before its first heartbeat, or (variant pause) always.  Creating or
+refreshing a file clears the bit.  Without --ns/--lease the generated model
+is byte for byte the one of the shared generator.
+
+Scenario options (--once, --gate, --leave) restrict which runs are searched,
+to reproduce a given trace (T1-T3 in run.py).
+
+Options (see --help): --proto orig|fixed, --break none|naive|tomb|excl,
+--ns, --variant old|fixed|pause, --lease, --skew, --giveup, --scan 0|1|2,
+--crash N, --tokens K and the V1-V4 shortcut variants, property switches.
+"""
+import argparse
+import re
+import sys
+
+
+def build(a):
+    NW, NR, CRASH = a.nw, a.nr, a.crash
+    NINC = CRASH + 1
+    NP = NW + NR
+    NQ = max(NW * NINC, 1)
+    NSL = max(NR * NINC, 1)
+    NBK = NP * NINC
+    fixed = a.proto == "fixed"
+    brk = a.brk
+    out = []
+    w = out.append
+    # ---- namespaces and leases (see --ns, --variant; PROTOCOL: docs/protocol.md section 11)
+    NSL_ = a.nsl                      # namespace of each process (writers first, then readers)
+    LM = a.lm                         # lease mode: some process judges another one by lease
+    same = lambda p, q: NSL_[p] == NSL_[q]
+    REF = a.refresh                   # create | cs | pause
+    HB = LM and REF == "cs"           # hb[p]: p's heartbeat is running (old: only after the grant)
+    CHECKED = a.unlink == "checked"
+
+    # ---------------------------------------------------------------- helpers
+    def own(p):
+        return str(p + 1) if NINC == 1 else f"({p * NINC} + inc[{p}] + 1)"
+
+    def proc_of(e):
+        return f"(({e}) - 1)" if NINC == 1 else f"((({e}) - 1) / {NINC})"
+
+    def alive(e):
+        return "1" if NINC == 1 else f"(inc[(({e}) - 1) / {NINC}] == (({e}) - 1) % {NINC})"
+
+    def deadj(e, me, stx=None):
+        """Judgement 'owner of content e (a writer) is dead' made by process me.
+        Same namespace: exact (dead iff crashed).  Other namespace: a lease, dead iff the
+        file is stale; stx is that file's stale bit."""
+        exact = "0" if NINC == 1 else f"(inc[(({e}) - 1) / {NINC}] != (({e}) - 1) % {NINC})"
+        if not LM:
+            return exact
+        sm = [q for q in range(NW) if same(q, me)]
+        if len(sm) == NW:
+            return exact
+        if not sm:
+            return f"({stx})"
+        mask = sum(1 << q for q in sm)
+        return f"((({mask} >> {proc_of(e)}) & 1) -> {exact} : ({stx}))"
+
+    def slot_alive(p, c):  # slot of process p, incarnation c
+        return "1" if NINC == 1 else f"(inc[{p}] == {c})"
+
+    def slot_deadj(p, c, me, stx=None):
+        if LM and not same(p, me):
+            return f"({stx})"
+        return "0" if NINC == 1 else f"(inc[{p}] != {c})"
+
+    def idx(p, base=0):  # index of process p's current-incarnation slot
+        return str(p - base) if NINC == 1 else f"({(p - base) * NINC} + inc[{p}])"
+
+    def name(p):
+        return f"W{p}" if p < NW else f"R{p - NW}"
+
+    def P(me, fmt, *args):
+        args_s = "".join(", " + x for x in args)
+        return f'printf("@ P%d.%d | {fmt}\\n", {me}, inc[{me}]{args_s})'
+
+    def bitclear_all(p):
+        """p (a writer) entered / crashed / gave up: nobody waits for it any more."""
+        s = []
+        if a.prio:
+            for r in range(NR):
+                s.append(f"owe[{r}] = owe[{r}] & {0xff & ~(1 << p)}")
+        if a.fifo:
+            for q in range(NW):
+                s.append(f"ahead[{q}] = ahead[{q}] & {0xff & ~(1 << p)}")
+        return "; ".join(s) if s else "skip"
+
+    def live_writer_mask(exclude=None):
+        """writers whose (live, current) pending file exists or that hold the master and are not yet in."""
+        terms = []
+        for q in range(NW):
+            if q == exclude:
+                continue
+            inq = " || ".join(f"Q[{j}] == {own(q)}" for j in range(NQ))
+            if fixed:
+                hold = f"(M == {own(q)} && st[{q}] == TRY)"
+            else:
+                hold = f"(MO[{idx(q)}] && st[{q}] == TRY)"
+            terms.append(f"(({inq}) || {hold} -> {1 << q} : 0)")
+        return " | ".join(terms) if terms else "0"
+
+    def clr(x):  # a file is removed or created: its stale bit (lease mode only) is cleared
+        return f"{x} = 0; " if LM else ""
+
+    dead_q = lambda me: " || ".join(f"(Q[{j}] != 0 && {deadj(f'Q[{j}]', me, f'stP[Q[{j}] - 1]')})" for j in range(NQ))
+
+    def s_owner(k):
+        return NW + k // NINC, k % NINC
+
+    def bk_owner(k):
+        return k // NINC, k % NINC
+
+    dead_s = lambda me: " || ".join(
+        f"(S[{k}] && {slot_deadj(*s_owner(k), me, f'stS[{k}]')})" for k in range(NR * NINC)) or "0"
+
+    def gc_s(me):
+        s = []
+        for k in range(NR * NINC):
+            s.append(f"if :: S[{k}] && {slot_deadj(*s_owner(k), me, f'stS[{k}]')} -> S[{k}] = 0; nS--; {clr(f'stS[{k}]')}"
+                     + P(me, f"unlink .slave_lock of P{s_owner(k)[0]}.{s_owner(k)[1]} (owner judged dead)") + " :: else fi")
+        return "; ".join(s)
+
+    def bk_other(k, me):
+        p, c = bk_owner(k)
+        if p == me:
+            return "0" if NINC == 1 else f"(BK[{k}] && inc[{me}] != {c})"
+        return f"BK[{k}]"
+
+    def other_bk_any(me):
+        return " || ".join(bk_other(k, me) for k in range(NBK))
+
+    def other_bk_dead(me):
+        t = []
+        for k in range(NBK):
+            p, c = bk_owner(k)
+            if p == me:
+                if NINC > 1:
+                    t.append(f"(BK[{k}] && inc[{me}] != {c})")  # my own earlier (dead) incarnation
+            else:
+                t.append(f"(BK[{k}] && {slot_deadj(p, c, me, f'stB[{k}]')})")
+        return " || ".join(t) or "0"
+
+    def other_bk_live(me, higher_only=False):
+        t = []
+        for k in range(NBK):
+            p, c = bk_owner(k)
+            if p == me or (higher_only and p > me):
+                continue
+            t.append(f"(BK[{k}] && {slot_alive(p, c)})")
+        return " || ".join(t) or "0"
+
+    def gc_bk(me):
+        s = []
+        for k in range(NBK):
+            p, c = bk_owner(k)
+            if p == me:
+                if NINC == 1:
+                    continue
+                cond = f"BK[{k}] && inc[{me}] != {c}"
+            else:
+                cond = f"BK[{k}] && {slot_deadj(p, c, me, f'stB[{k}]')}"
+            s.append(f"if :: {cond} -> BK[{k}] = 0; {clr(f'stB[{k}]')}" + P(me, f"unlink .break marker of P{p}.{c} (owner judged dead)") + " :: else fi")
+        return "; ".join(s) or "skip"
+
+    # --------------------------------------------------------------- globals
+    shown = [x for i, x in enumerate(sys.argv[1:]) if x not in ("-o", "--out") and sys.argv[i] not in ("-o", "--out")]
+    w(f"/* generated by: python3 gen_model.py {' '.join(shown)} */")
+    w(f"/* NW={NW} NR={NR} CRASH={CRASH} proto={a.proto} break={brk} lease={int(a.lease)} "
+      f"skew={int(a.skew)} giveup={int(a.giveup)} scan={a.scan} */")
+    if a.v1 != "off" or a.v2 or a.tokens:
+        w(f"/* variants: v1={a.v1} v2={int(a.v2)} tokens={a.tokens} v3={int(a.v3)} */")
+    if a.v4 or a.tok_lost:
+        w(f"/* V4: v4={int(a.v4)} mixed={int(a.v4_mixed)} mutant={a.v4_mutant} probe={a.v4_probe} tok_lost={int(a.tok_lost)} */")
+    if LM:
+        w(f"/* leases: ns={','.join(map(str, NSL_))} refresh={REF} touch_grant={int(a.touch_grant)} w6={int(a.w6)} "
+          f"unlink={a.unlink} own_entry={int(a.own_entry)} own_unlink={int(a.own_unlink)} */")
+    w("#define IDLE 0\n#define TRY 1\n#define CS 2")
+    w(f"byte inc[{NP}];          /* current incarnation of each process */")
+    w(f"byte st[{NP}];           /* IDLE / TRY / CS, for properties */")
+    w(f"bit  crashreq[{NP}];")
+    w("byte ncrash;")
+    w("/* ---- the lock directory ---- */")
+    if fixed:
+        w("byte M;                 /* .master_lock: 0 = absent, else owner code */")
+    else:
+        w(f"bit  MO[{NW * NINC}];        /* original: .master_lock-<uuid> per writer incarnation */")
+    w(f"byte Q[{NQ}];            /* .pending_lock-<uuid>-<ns> files sorted by (ns,uuid); 0 = none */")
+    w(f"bit  S[{NSL}];            /* .slave_lock-<uuid> per reader incarnation */")
+    w("byte nS;                /* number of .slave_lock files (derived) */")
+    if fixed and brk == "excl":
+        w(f"bit  BK[{NBK}];           /* .break-<ns>-<uuid> markers */")
+    w("/* ---- monitors ---- */")
+    w("byte nrcs, nwcs;        /* readers / writers inside */")
+    w(f"byte owe[{max(NR, 1)}];           /* per reader: writers it must not overtake */")
+    w(f"byte ahead[{max(NW, 1)}];         /* per writer: writers queued before it */")
+    w("byte hj, hk, hpos;      /* scratch, always 0 between steps */")
+    if a.once:
+        w(f"bit  started[{NP}];      /* scenario (--once): each process makes one attempt */")
+    if LM:
+        w("/* ---- leases: a stale file (not refreshed within the lease) may be judged dead by another namespace ---- */")
+        w("bit  Mst;               /* .master_lock is stale */")
+        w(f"bit  stP[{NQ}];          /* pending file of writer incarnation o-1 is stale */")
+        w(f"bit  stS[{NSL}];          /* .slave_lock of reader slot k is stale */")
+        w(f"bit  stB[{NBK}];          /* .break marker of slot k is stale */")
+        if HB:
+            w(f"bit  hb[{NP}];           /* the process's heartbeat has refreshed its files (old: only inside) */")
+    K = a.tokens
+    if fixed and K:
+        w(f"bit  T[{K + 1}];            /* .token-<k>, k = 1..{K} */")
+        w("byte gmax;              /* monitor: highest token granted (passed T3) so far */")
+
+    # queue inlines
+    w(f"""
+inline qinsert(o) {{
+  hj = 0;
+  do :: hj < {NQ} && Q[hj] != 0 -> hj++ :: else -> break od;   /* hj = queue length */
+  hpos = hj;""")
+    if a.skew:
+        w("  do :: hpos > 0 -> hpos-- :: true -> break od;   /* ns taken earlier / clock skew: any position */")
+    w(f"""  do :: hj > hpos -> Q[hj] = Q[hj-1]; hj-- :: else -> break od;
+  Q[hpos] = o{"; stP[o - 1] = 0" if LM else ""}
+}}
+inline qremove(o) {{
+  hj = 0;
+  do :: hj < {NQ} && Q[hj] != o -> hj++ :: else -> break od;
+  if
+  :: hj < {NQ} ->
+     do :: hj < {NQ - 1} -> Q[hj] = Q[hj+1]; hj++ :: else -> break od;
+     Q[{NQ - 1}] = 0
+  :: else -> skip
+  fi;
+  hj = 0{"; stP[o - 1] = 0" if LM else ""}
+}}""")
+
+    def gcq(me):
+        return (f"hj = 0; hk = 0; "
+                f"do :: hj < {NQ} -> if :: Q[hj] != 0 && !{deadj('Q[hj]', me, 'stP[Q[hj] - 1]')} -> Q[hk] = Q[hj]; hk++ "
+                + (":: Q[hj] != 0 && " + deadj('Q[hj]', me, 'stP[Q[hj] - 1]') + " -> stP[Q[hj] - 1] = 0 " if LM else "")
+                + f":: else fi; hj++ "
+                f":: else -> break od; "
+                f"do :: hk < {NQ} -> Q[hk] = 0; hk++ :: else -> break od; hj = 0; hk = 0; "
+                + P(me, "unlink pending file(s) whose owner is judged dead"))
+
+    # ----------------------------------------------------------- master break
+    def break_master(me, L):
+        """Code executed after a listdir showed .master_lock with a dead owner."""
+        s = []
+        if brk == "naive":
+            s.append(f"d_step {{ M = 0; victim = 0; " + P(me, "unlink .master_lock") + " }")
+        elif brk == "tomb":
+            s.append("d_step { tomb = M; M = 0; " + P(me, "rename .master_lock -> .tomb-<my uuid> (content P%d.%d)",
+                                                      proc_of("tomb"), f"(tomb - 1) % {NINC}" if NINC > 1 else "0") + " }")
+            s.append("if")
+            s.append("  :: d_step { tomb == 0 -> victim = 0 }")
+            s.append("  :: d_step { tomb != 0 && tomb == victim -> tomb = 0; victim = 0; "
+                     + P(me, "tombstone holds the dead owner: unlink it") + " }")
+            s.append("  :: d_step { tomb != 0 && tomb != victim -> "
+                     + P(me, "tombstone holds a LIVE owner's file: restore it") + " };")
+            s.append("     d_step { if :: M == 0 -> M = tomb; " + P(me, "link tombstone -> .master_lock: ok")
+                     + " :: else -> " + P(me, "link tombstone -> .master_lock: EEXIST, cannot restore")
+                     + " fi; tomb = 0; victim = 0 }")
+            s.append("fi")
+        elif brk == "excl":
+            my = f"BK[{idx(me)}]"
+            myst = f"stB[{idx(me)}]"
+            s.append(f"do   /* B0: wait until no other live break marker */")
+            s.append(f"  :: d_step {{ !({other_bk_live(me)}) -> skip }}; break")
+            s.append(f"  :: d_step {{ {other_bk_dead(me)} -> {gc_bk(me)} }}")
+            s.append(f"  :: d_step {{ M == 0 || !{deadj('M', me, 'Mst')} -> " + P(me, "master gone or alive: stop breaking") + f" }}; goto {L}_done")
+            s.append("od;")
+            s.append(f"skip; d_step {{ {my} = 1; {clr(myst)}" + P(me, "create .break marker") + " };")
+            s.append(f"{L}_b2:")
+            if a.scan:
+                # non-atomic readdir: one entry at a time
+                for k in range(NBK):
+                    o = bk_other(k, me)
+                    if o == "0":
+                        continue
+                    s.append(f"if :: d_step {{ !({o}) -> skip }} :: d_step {{ {o} -> skip }}; goto {L}_b2w fi;")
+                s.append(f"goto {L}_excl;")
+                s.append(f"{L}_b2w:")
+                s.append("do")
+                s.append(f"  :: d_step {{ !({other_bk_any(me)}) -> skip }}; goto {L}_b2")
+            else:
+                s.append("do   /* B2: listdir after announcing */")
+                s.append(f"  :: d_step {{ !({other_bk_any(me)}) -> " + P(me, "listdir: no other break marker: breaking exclusively") + " }; break")
+            s.append(f"  :: d_step {{ {other_bk_dead(me)} -> {gc_bk(me)} }}")
+            s.append(f"  :: d_step {{ {other_bk_live(me, True)} -> {my} = 0; {clr(myst)}" + P(me, "a prior breaker is active: withdraw marker") + f" }}; goto {L}_done")
+            s.append("od;")
+            s.append(f"{L}_excl:")
+            s.append("if   /* B3: re-read the master file while exclusive */")
+            s.append(f"  :: d_step {{ M != 0 && {deadj('M', me, 'Mst')} -> victim = M; " + P(me, "re-read .master_lock: owner P%d.%d judged dead", proc_of("M"), f"((M - 1) % {NINC})" if NINC > 1 else "0") + " };")
+            s.append("     d_step { " + ("assert(M == 0 || M == victim); " if a.victim else "") + "M = 0; victim = 0; " + clr("Mst") + P(me, "unlink .master_lock") + " }")
+            s.append(f"  :: d_step {{ !(M != 0 && {deadj('M', me, 'Mst')}) -> " + P(me, "re-read .master_lock: gone or owner alive: nothing to do") + " }")
+            s.append("fi;")
+            s.append(f"d_step {{ {my} = 0; {clr(myst)}" + P(me, "unlink own .break marker") + " };")
+            s.append(f"{L}_done: skip")
+        return "\n".join(s)
+
+    def dead_master_guard(me):
+        v = "victim = M; " if brk in ("naive", "tomb") else ""
+        return f"d_step {{ M != 0 && {deadj('M', me, 'Mst')} -> {v}" + P(me, "listdir: .master_lock owner P%d.%d judged dead", proc_of("M"),
+                                                                 f"((M - 1) % {NINC})" if NINC > 1 else "0") + " }"
+
+    def crash_handler(me, reader):
+        s = [f"crashreq[{me}] -> d_step {{", f"  crashreq[{me}] = 0;"]
+        if reader:
+            s.append(f"  if :: st[{me}] == CS -> nrcs-- :: else fi;")
+            if a.prio:
+                s.append(f"  owe[{me - NW}] = 0;")
+        else:
+            s.append(f"  if :: st[{me}] == CS -> nwcs-- :: else fi;")
+            s.append("  " + bitclear_all(me) + ";")
+            if a.fifo:
+                s.append(f"  ahead[{me}] = 0;")
+        s.append("  " + P(me, "CRASH (its files stay)") + ";")
+        s.append(f"  st[{me}] = IDLE; inc[{me}]++;")
+        if fixed and brk in ("naive", "tomb", "excl"):
+            s.append("  victim = 0;")
+        if fixed and brk == "tomb":
+            s.append("  tomb = 0;")
+        if fixed and reader and a.v1 in ("wake", "armed"):
+            s.append("  v1 = 0;")
+        if fixed and not reader and a.v2:
+            s.append("  v2 = 0;")
+        if fixed and not reader and a.tokens:
+            s.append("  tok = 0;")
+        if HB:
+            s.append(f"  hb[{me}] = 0;")
+        s.append("  skip }")
+        return "\n".join(s)
+
+    def locals_(reader=None):
+        l = []
+        if fixed and reader is True and a.v1 in ("wake", "armed"):
+            l.append("bit v1;")
+        if fixed and reader is False and a.v2:
+            l.append("bit v2;")
+        if fixed and reader is False and a.tokens:
+            l.append("byte tok;")
+        if fixed and brk in ("naive", "tomb", "excl"):
+            l.append("byte victim;")
+        if fixed and brk == "tomb":
+            l.append("byte tomb;")
+        return " ".join(l)
+
+    # ----------------------------------------------------------- scenario gates (--once, --gate)
+    pid_of = {name(p): p for p in range(NP)}
+    fn = {"inside": lambda p: f"st[{p}] == CS", "waiting": lambda p: f"st[{p}] == TRY",
+          "holds": lambda p: f"M == {own(p)}", "done": lambda p: f"(started[{p}] && st[{p}] == IDLE)",
+          "beating": lambda p: f"hb[{p}]" if HB else "1"}   # without variant old's hb, files are kept fresh
+    def parse_gates(opt, specs):
+        gates = {}
+        for g in specs:
+            who, _, expr = g.partition("=")
+            if who not in pid_of:
+                raise SystemExit(f"{opt} {g}: unknown process {who}")
+
+            def sub(m):
+                if m.group(2) not in pid_of:
+                    raise SystemExit(f"{opt} {g}: unknown process {m.group(2)}")
+                return "(" + fn[m.group(1)](pid_of[m.group(2)]) + ")"
+            gates.setdefault(pid_of[who], []).append(re.sub(r"(inside|waiting|holds|done|beating)\((\w+)\)", sub, expr))
+        return gates
+    gates = parse_gates("--gate", a.gate)
+    leaves = {p: " && ".join(g) for p, g in parse_gates("--leave", a.leave).items()}
+
+    def gives_up(me):  # --giveup: every process may time out; --giveup-only: just these
+        if a.giveup_only:
+            return name(me) in a.giveup_only.split(",")
+        return a.giveup
+
+    def start_guard(me):
+        g = ([f"!started[{me}]"] if a.once else []) + gates.get(me, [])
+        if not g:
+            return ""
+        return " && ".join(g) + " -> " + (f"started[{me}] = 1; " if a.once else "")
+
+    # ----------------------------------------------------------- writers
+    for me in range(NW):
+        O = own(me)
+        enter = (f"d_step {{ {{cond}} -> " + ("assert(nwcs == 0); " if a.mutex and a.ww_only else
+                                              "assert(nwcs == 0 && nrcs == 0); " if a.mutex else "")
+                 + (f"assert(ahead[{me}] == 0); " if a.fifo else "")
+                 + (f"assert(M == {O}); " if LM and a.own_entry else "")
+                 + (f"if :: M == {O} -> Mst = 0 :: else fi; " if LM and a.touch_grant else "")
+                 + (f"hb[{me}] = 1; " if HB and a.touch_grant else "")
+                 + f"nwcs++; st[{me}] = CS; {bitclear_all(me)}; " + P(me, "{msg}: ENTER (write)") + " }")
+        giveup_tail = f"st[{me}] = IDLE; {bitclear_all(me)}; " + (f"ahead[{me}] = 0; " if a.fifo else "")
+
+        def unlink_master(why, then, checked=None):
+            """An owner removes .master_lock (W5 timeout, T3 lost, W8 release).  Checked: read it,
+            compare the nonce, then unlink: two steps, since POSIX has no compare-and-delete.
+            Blind (variant old): unlink whatever is there."""
+            checked = CHECKED if checked is None else checked
+            chk = f"assert(M == 0 || M == {O}); " if a.own_unlink else ""   # unlinking a missing name does nothing
+            if not checked:
+                return [f"d_step {{ {chk}M = 0; Mst = 0; {then}" + P(me, why + ": unlink .master_lock without checking it") + " }"]
+            return ["if",
+                    f":: d_step {{ M == {O} -> " + P(me, why + ": .master_lock holds my nonce") + " };",
+                    f"   d_step {{ {chk}M = 0; Mst = 0; {then}" + P(me, why + ": unlink .master_lock") + " }",
+                    f":: d_step {{ M != {O} -> {then}" + P(me, why + ": .master_lock is not mine: leave it") + " }",
+                    "fi"]
+        w(f"\nactive proctype {name(me)}() {{")
+        w("  " + locals_(False))
+        w("endidle:\n  do\n  :: {")
+        w("    if")
+        start = (f"atomic {{ {start_guard(me)}st[{me}] = TRY; " + ("v2 = 0; " if fixed and a.v2 else "")
+                 + (f"ahead[{me}] = {live_writer_mask(me)}; " if a.fifo else "")
+                 + f"qinsert({O}); " + P(me, "create .pending_lock (queue position %d)", "hpos") + "; hj = 0; hpos = 0 }")
+        w(f"    :: {start}")
+        if a.stop:
+            w("    :: goto endstop")
+        w("    fi;")
+        if fixed:
+            w("Wwait:")
+            w("    do")
+            w(f"    :: d_step {{ M == 0 && Q[0] == {O} -> " + P(me, "listdir: no .master_lock, my pending file is the oldest") + " };")
+            w("       if")
+            w(f"       :: d_step {{ M == 0 -> M = {O}; {clr('Mst')}" + P(me, "create .master_lock (exclusive): ok") + " }; break")
+            w(f"       :: d_step {{ M != 0 -> " + P(me, "create .master_lock: EEXIST") + " }")
+            w("       fi")
+            if a.v2:
+                # own pending file present and no older LIVE pending file (older ones all judged dead)
+                oldest = " || ".join("(" + " && ".join([f"Q[{j}] == {O}"] + [deadj(f"Q[{i}]", me, f"stP[Q[{i}] - 1]") for i in range(j)]) + ")"
+                                     for j in range(NQ))
+                w(f"    :: d_step {{ !v2 && M != 0 && ({oldest}) -> v2 = 1; "
+                  + P(me, "listdir: .master_lock present, own pending file is the oldest live one: sleep (V2 armed)") + " }")
+                w(f"    :: d_step {{ v2 && M == 0 -> v2 = 0; M = {O}; {clr('Mst')}"
+                  + P(me, "woken: V2 skips W2's listing; create .master_lock (exclusive): ok") + " }; break")
+                w(f"    :: d_step {{ v2 && M != 0 -> v2 = 0; "
+                  + P(me, "woken: V2 skips W2's listing; create .master_lock: EEXIST, back to the W2 loop") + " }")
+            if brk != "none":
+                w(f"    :: {dead_master_guard(me)};")
+                w(break_master(me, "Wb"))
+            w(f"    :: d_step {{ {dead_q(me)} -> {gcq(me)} }}")
+            inq_own = " || ".join(f"Q[{j}] == {O}" for j in range(NQ))
+            w(f"    :: atomic {{ !({inq_own}) -> qinsert({O}); "
+              + P(me, "own pending file vanished (judged dead): re-create it (queue position %d)", "hpos") + "; hj = 0; hpos = 0 }")
+            if gives_up(me):
+                w(f"    :: d_step {{ true -> qremove({O}); st[{me}] = IDLE; {bitclear_all(me)}; "
+                  + (f"ahead[{me}] = 0; " if a.fifo else "") + P(me, "timeout: unlink own pending file, give up") + " }; goto endidle")
+            w("    od;")
+            w(f"    skip; d_step {{ qremove({O}); " + P(me, "unlink own pending file") + " };")
+            t4 = (f"d_step {{ hj = 1; do :: hj < tok -> T[hj] = 0; hj++ :: else -> break od; hj = 0; "
+                  + P(me, "T4: unlink every .token-k with k < %d", "tok") + " }")
+            if K:
+                w("Wtok:\n    skip;")
+                w(f"    d_step {{ hj = {K}; do :: hj > 0 && !T[hj] -> hj-- :: else -> break od; tok = hj; hj = 0; "
+                  + "assert(tok >= gmax); " + P(me, "T1: highest .token-k is k = %d", "tok") + " };")
+                w("    if")
+                v4me = a.v4 and (not a.v4_mixed or me == 0)
+                if not v4me:
+                    w(f"    :: d_step {{ tok < {K} && !T[tok + 1] -> tok++; T[tok] = 1; " + P(me, "T2: create .token-%d: ok", "tok") + " }")
+                    w(f"    :: d_step {{ tok < {K} && T[tok + 1] -> tok = 0; " + P(me, "T2: create .token: EEXIST") + " }; goto Wtok")
+                else:
+                    # V4: n = 0: ordinary put(.token-1); n >= 1: renameat2(.token-n, .token-(n+1), RENAME_NOREPLACE)
+                    pr = lambda o: "assert(0); " if a.v4_probe == o else ""
+                    w(f"    :: d_step {{ tok == 0 && !T[1] -> tok = 1; T[1] = 1; " + P(me, "T2: create .token-1: ok") + " }")
+                    w(f"    :: d_step {{ tok == 0 && T[1] -> " + P(me, "T2: create .token-1: EEXIST") + " }; goto Wtok")
+                    if a.v4_mutant == "overwrite":
+                        # MUTANT: plain rename(2), replaces an existing .token-(n+1)
+                        w(f"    :: d_step {{ tok > 0 && tok < {K} && !T[tok] -> {pr('enoent')}tok = 0; "
+                          + P(me, "V4 rename .token-n -> .token-n+1: ENOENT") + " }; goto Wtok")
+                        w(f"    :: d_step {{ tok > 0 && tok < {K} && T[tok] -> {pr('ok')}"
+                          + (f"hj = 1; do :: hj < tok && !T[hj] -> hj++ :: else -> break od; if :: hj < tok -> assert(0) :: else fi; hj = 0; " if a.v4_probe == "lower" else "")
+                          + "T[tok] = 0; tok++; T[tok] = 1; "
+                          + P(me, "V4 MUTANT rename(.token-n, .token-%d) without NOREPLACE: ok", "tok") + " }")
+                    else:
+                        w(f"    :: d_step {{ tok > 0 && tok < {K} && T[tok + 1] -> {pr('eexist')}tok = 0; "
+                          + P(me, "V4 renameat2(.token-n, .token-n+1, NOREPLACE): EEXIST") + " }; goto Wtok")
+                        w(f"    :: d_step {{ tok > 0 && tok < {K} && !T[tok + 1] && !T[tok] -> {pr('enoent')}tok = 0; "
+                          + P(me, "V4 renameat2(.token-n, .token-n+1, NOREPLACE): ENOENT") + " }; goto Wtok")
+                        w(f"    :: d_step {{ tok > 0 && tok < {K} && !T[tok + 1] && T[tok] -> {pr('ok')}"
+                          + (f"hj = 1; do :: hj < tok && !T[hj] -> hj++ :: else -> break od; if :: hj < tok -> assert(0) :: else fi; hj = 0; " if a.v4_probe == "lower" else "")
+                          + "T[tok] = 0; tok++; T[tok] = 1; "
+                          + P(me, "V4 renameat2(.token-n, .token-%d, NOREPLACE): ok", "tok") + " }")
+                w(f"    :: d_step {{ tok >= {K} -> " + (f"if :: M == {O} -> M = 0; Mst = 0 :: else fi; " if LM else "M = 0; ")
+                  + f"st[{me}] = IDLE; tok = 0; {bitclear_all(me)}; "
+                  + (f"ahead[{me}] = 0; " if a.fifo else "") + P(me, "token space of the model exhausted: unlink .master_lock, stop for good") + " }; goto endstop")
+                w("    fi;")
+                chk = " && ".join(f"!(T[{k}] && {k} > tok)" for k in range(1, K + 1))
+                if a.tok_lost:
+                    # two processes may believe they hold the lock (lease): T3 finding a higher token is the
+                    # protocol's "lock lost" outcome (fail, remove nothing that is not ours), not an error
+                    higher = " || ".join(f"(T[{k}] && {k} > tok)" for k in range(1, K + 1))
+                    w("    if")
+                    if not LM:
+                        w(f"    :: d_step {{ {higher} -> st[{me}] = IDLE; if :: M == {O} -> M = 0 :: else fi; tok = 0; {bitclear_all(me)}; "
+                          + (f"ahead[{me}] = 0; " if a.fifo else "") + P(me, "T3: a higher token exists: lock lost, fail") + " }; goto endidle")
+                    else:
+                        w(f"    :: d_step {{ {higher} -> " + P(me, "T3: a higher token exists: lock lost") + " };")
+                        w("       " + "\n       ".join(unlink_master("T3 lost", giveup_tail + "tok = 0; ")) + ";")
+                        w("       goto endidle")
+                    w(f"    :: d_step {{ !({higher}) -> assert(tok > gmax); gmax = tok; " + P(me, "T3: no higher token: granted token %d", "tok") + " }")
+                    w("    fi;")
+                else:
+                    w(f"    d_step {{ assert({chk}); assert(tok > gmax); gmax = tok; " + P(me, "T3: no higher token: granted token %d", "tok") + " };")
+                if not a.v3:
+                    w(f"    {t4[:-2]}; tok = 0 }};")
+            lost = (f"d_step {{ M != {O} -> st[{me}] = IDLE; {bitclear_all(me)}; " + (f"ahead[{me}] = 0; " if a.fifo else "")
+                    + P(me, "lock lost: .master_lock is no longer mine") + " }")
+            w("Wdrain:")
+            if LM:
+                # W5 (readers drain), W6 (re-check .master_lock: a step of its own), W7 inside, W8 release
+                timeout = unlink_master("timeout in W5", giveup_tail) if gives_up(me) else None
+                if a.scan:
+                    for k in range(NR * NINC):
+                        w(f"    if :: d_step {{ !S[{k}] -> skip }} :: d_step {{ S[{k}] -> skip }}; goto Wdrainw fi;")
+                    if a.w6:
+                        w("    if")
+                        w("    :: " + enter.replace("{cond}", f"M == {O}").replace("{msg}", "W6: .master_lock holds my nonce") + "; goto Wrel")
+                        w(f"    :: {lost}; goto endidle")
+                        w("    fi;")
+                    else:
+                        w("    " + enter.replace("{cond}", "true").replace("{msg}", "readdir: no .slave_lock (no W6)") + "; goto Wrel;")
+                    w("Wdrainw:")
+                    w("    do")
+                    w("    :: d_step { nS == 0 -> skip }; goto Wdrain")
+                elif a.w6:
+                    w("    do")
+                    w("    :: d_step { nS == 0 -> " + P(me, "listdir: no .slave_lock") + " }; break")
+                else:
+                    w("    do")
+                    w("    :: " + enter.replace("{cond}", "nS == 0").replace("{msg}", "listdir: no .slave_lock (no W6)") + "; goto Wrel")
+                if NR:
+                    w(f"    :: d_step {{ {dead_s(me)} -> {gc_s(me)} }}")
+                if timeout:
+                    if len(timeout) == 1:
+                        w(f"    :: {timeout[0]}; goto endidle")
+                    else:  # the check is the first step of the timeout's undo
+                        w(f"    :: {timeout[1][3:]}")
+                        w(f"       {timeout[2]}; goto endidle")
+                        w(f"    :: {timeout[3][3:]}; goto endidle")
+                w("    od;")
+                if a.w6 and not a.scan:
+                    w("    if")
+                    w("    :: " + enter.replace("{cond}", f"M == {O}").replace("{msg}", "W6: .master_lock holds my nonce"))
+                    w(f"    :: {lost}; goto endidle")
+                    w("    fi;")
+                w("Wrel:")
+                if HB:
+                    w(f"    if :: d_step {{ !hb[{me}] -> hb[{me}] = 1; if :: M == {O} -> Mst = 0 :: else fi; "
+                      + P(me, "heartbeat: touch .master_lock (own fd)") + " } :: skip fi;")
+                w(f"    ({leaves[me]});" if me in leaves else "    skip;")
+                w("    " + "\n    ".join(unlink_master("W8 release", f"nwcs--; st[{me}] = IDLE; " + (f"hb[{me}] = 0; " if HB else ""),
+                                                     checked=True)) + ";")
+                w("    goto endidle")
+            elif a.scan:
+                for k in range(NR * NINC):
+                    w(f"    if :: d_step {{ !S[{k}] -> skip }} :: d_step {{ S[{k}] -> skip }}; goto Wdrainw fi;")
+                w("    if")
+                w("    :: " + enter.replace("{cond}", f"M == {O}").replace("{msg}", "readdir: no .slave_lock") + "; goto Wrel")
+                w(f"    :: {lost}; goto endidle")
+                w("    fi;")
+                w("Wdrainw:")
+                w("    do")
+                w("    :: d_step { nS == 0 -> skip }; goto Wdrain")
+            else:
+                w("    do")
+                w("    :: " + enter.replace("{cond}", f"nS == 0 && M == {O}").replace("{msg}", "listdir: no .slave_lock") + "; break")
+                w(f"    :: {lost}; goto endidle")
+            if not LM:
+                if NR:
+                    w(f"    :: d_step {{ {dead_s(me)} -> {gc_s(me)} }}")
+                if gives_up(me):
+                    w(f"    :: d_step {{ true -> M = 0; st[{me}] = IDLE; {bitclear_all(me)}; "
+                      + (f"ahead[{me}] = 0; " if a.fifo else "") + P(me, "timeout: unlink .master_lock, give up") + " }; goto "
+                      + ("Wt4" if K and a.v3 else "endidle"))
+                w("    od;")
+                w("Wrel:")
+                w(f"    skip; d_step {{ nwcs--; st[{me}] = IDLE; M = 0; " + P(me, "leave; unlink .master_lock") + " };")
+                if K and a.v3:
+                    w("Wt4:\n    skip;")
+                    w(f"    if :: {t4[:-2]}; tok = 0 }} :: d_step {{ tok = 0; " + P(me, "(crash before T4: lower tokens stay)") + " } fi;")
+                w("    goto endidle")
+        else:
+            # ---- original GlobalDirectoryLock writer
+            nomo = " && ".join(f"!MO[{k}]" for k in range(NW * NINC))
+            w(f"    d_step {{ {nomo} && Q[0] == {O} -> " + P(me, "listdir: no .master_lock*, my pending file is the oldest") + " };")
+            w(f"    d_step {{ MO[{idx(me)}] = 1; " + P(me, "create .master_lock-<my uuid> (O_EXCL): ok") + " };")
+            w(f"    d_step {{ qremove({O}); " + P(me, "unlink own pending file") + " };")
+            w("    " + enter.replace("{cond}", "nS == 0").replace("{msg}", "listdir: no .slave_lock*") + ";")
+            w(f"    d_step {{ nwcs--; st[{me}] = IDLE; MO[{idx(me)}] = 0; " + P(me, "leave; unlink .master_lock-<my uuid>") + " };")
+            w("    goto endidle")
+        w(f"  }} unless {{ {crash_handler(me, False)} }}")
+        w("  od;")
+        w("endstop: skip")
+        w("}")
+
+    # ----------------------------------------------------------- readers
+    for me in range(NW, NP):
+        r = me - NW
+        SO = f"S[{idx(me, NW)}]"
+        enter = (f"d_step {{ {{cond}} -> " + ("assert(nwcs == 0); " if a.mutex and not a.ww_only else "")
+                 + (f"assert(owe[{r}] == 0); " if a.prio else "")
+                 + f"nrcs++; st[{me}] = CS; " + P(me, "{msg}: ENTER (read)") + " }")
+        SST = f"stS[{idx(me, NW)}]"
+        release = (f"d_step {{ {leaves[me] + ' -> ' if me in leaves else ''}nrcs--; st[{me}] = IDLE; {SO} = 0; nS--; {clr(SST)}" + (f"hb[{me}] = 0; " if HB else "")
+                   + P(me, "leave; unlink own .slave_lock") + " }")
+        if HB:  # variant old: the heartbeat refreshes the marker only once the reader is inside
+            release = (f"if :: d_step {{ !hb[{me}] -> hb[{me}] = 1; {SST} = 0; " + P(me, "heartbeat: touch .slave_lock (own fd)")
+                       + " } :: skip fi; " + release)
+        w(f"\nactive proctype {name(me)}() {{")
+        w("  " + locals_(True))
+        w("endidle:\n  do\n  :: {")
+        w(f"    {'' if start_guard(me) else 'skip; '}d_step {{ {start_guard(me) or 'true -> '}st[{me}] = TRY; " + (f"owe[{r}] = {live_writer_mask()}; " if a.prio else "")
+          + ("v1 = 0; " if fixed and a.v1 in ("wake", "armed") else "") + P(me, "start read attempt") + " };")
+        if fixed:
+            w("Rwait:")
+            w("    do")
+            w(f"    :: d_step {{ M == 0 && Q[0] == 0 -> " + P(me, "listdir: no .master_lock, no pending") + " }; break")
+            if a.v1 in ("wake", "armed"):
+                live_m = f" && !{deadj('M', me, 'Mst')}" if a.v1 == "armed" else ""   # a listing that shows a dead master breaks it (R1)
+                w(f"    :: d_step {{ !v1 && M != 0{live_m} && Q[0] == 0 -> v1 = 1; "
+                  + P(me, "listdir: .master_lock present, no pending: sleep (V1 armed)") + " }")
+                w(f"    :: d_step {{ v1 && Q[0] != 0 -> v1 = 0; "
+                  + P(me, "listdir: a pending file is present (V1 disarmed)") + " }")
+                if a.v1 == "wake":
+                    w(f"    :: d_step {{ v1 && M == 0 -> v1 = 0; "
+                      + P(me, "woken: .master_lock removed; V1 skips R1's listing") + " }; break")
+                else:
+                    w(f"    :: d_step {{ v1 -> v1 = 0; "
+                      + P(me, "woken (any reason); V1 skips R1's listing") + " }; break")
+            elif a.v1 == "loose":
+                w(f"    :: d_step {{ true -> " + P(me, "V1 (loose): skip R1 entirely") + " }; break")
+            if brk != "none":
+                w(f"    :: {dead_master_guard(me)};")
+                w(break_master(me, "Rb"))
+            if NW:
+                w(f"    :: d_step {{ {dead_q(me)} -> {gcq(me)} }}")
+            if gives_up(me):
+                w(f"    :: d_step {{ true -> st[{me}] = IDLE; " + (f"owe[{r}] = 0; " if a.prio else "")
+                  + P(me, "timeout: give up") + " }; goto endidle")
+            w("    od;")
+            w(f"    skip; d_step {{ {SO} = 1; nS++; {clr(SST)}" + P(me, "create .slave_lock (announce)") + " };")
+            if a.scan == 0:
+                w("    if")
+                w("    :: " + enter.replace("{cond}", "M == 0 && Q[0] == 0").replace("{msg}", "listdir: no .master_lock, no pending") + ";")
+                w("       " + release + "; goto endidle")
+                w(f"    :: d_step {{ !(M == 0 && Q[0] == 0) -> " + P(me, "listdir: .master_lock or pending present") + " }")
+                w("    fi;")
+            else:
+                first, second = (("Q[0] == 0", "readdir: no pending"), ("M == 0", "lstat .master_lock: ENOENT"))
+                if a.scan == 2:
+                    first, second = second, first
+                w(f"    if :: d_step {{ {first[0]} -> " + P(me, first[1]) + " }")
+                w(f"       if :: {enter.replace('{cond}', second[0]).replace('{msg}', second[1])};")
+                w(f"             {release}; goto endidle")
+                w(f"          :: d_step {{ !({second[0]}) -> skip }}")
+                w("       fi")
+                w(f"    :: d_step {{ !({first[0]}) -> skip }}")
+                w("    fi;")
+            w(f"    d_step {{ {SO} = 0; nS--; {clr(SST)}" + P(me, "back off: unlink own .slave_lock") + " };")
+            w("    goto Rwait")
+        else:
+            nomo = " && ".join(f"!MO[{k}]" for k in range(NW * NINC)) or "1"
+            w(f"    d_step {{ {nomo} && Q[0] == 0 -> " + P(me, "listdir: no .master_lock*, no pending") + " };")
+            w(f"    d_step {{ {SO} = 1; nS++; " + P(me, "create .slave_lock-<my uuid>") + " };")
+            w("    " + enter.replace("{cond}", "true").replace("{msg}", "no re-check after creating it") + ";")
+            w("    " + release + ";")
+            w("    goto endidle")
+        w(f"  }} unless {{ {crash_handler(me, True)} }}")
+        w("  od")
+        w("}")
+
+    # ----------------------------------------------------------- chaos
+    if CRASH:
+        w("\nactive proctype Chaos() {\nend:\n  do")
+        for p in range(NP):
+            w(f"  :: d_step {{ ncrash < {CRASH} && st[{p}] != IDLE && !crashreq[{p}] -> crashreq[{p}] = 1; ncrash++ }}")
+        w("  od\n}")
+
+    # ----------------------------------------------------------- leases
+    if LM:
+        def may(p, c):
+            """May the lease of a file of process p, incarnation c, expire now?"""
+            dead = None if NINC == 1 else f"inc[{p}] != {c}"
+            if REF == "pause":      # an owner may be paused longer than its lease: any file, any time
+                return "1"
+            if REF == "cs":         # variant old: refreshed only once the owner is inside (hb)
+                return f"(!hb[{p}] || {dead})" if dead else f"!hb[{p}]"
+            return dead             # refreshed from creation to removal: only a crashed owner's files
+
+        def nm(p, c):
+            return f"P{p}.{c}"
+
+        lines = []
+        judged = lambda p, judges: any(not same(p, q) for q in judges)
+        for p in range(NW):
+            if not judged(p, range(NP)):
+                continue
+            for c in range(NINC):
+                m = may(p, c)
+                if m is None:
+                    continue
+                o = p * NINC + c + 1
+                lines.append(f"  :: d_step {{ M == {o} && !Mst && {m} -> Mst = 1; "
+                             f'printf("@ lease | .master_lock of {nm(p, c)} goes stale\\n") }}')
+                inq = " || ".join(f"Q[{j}] == {o}" for j in range(NQ))
+                lines.append(f"  :: d_step {{ ({inq}) && !stP[{o - 1}] && {m} -> stP[{o - 1}] = 1; "
+                             f'printf("@ lease | .pending_lock of {nm(p, c)} goes stale\\n") }}')
+        for k in range(NR * NINC):
+            p, c = s_owner(k)
+            m = may(p, c)
+            if m is None or not judged(p, range(NW)):
+                continue
+            lines.append(f"  :: d_step {{ S[{k}] && !stS[{k}] && {m} -> stS[{k}] = 1; "
+                         f'printf("@ lease | .slave_lock of {nm(p, c)} goes stale\\n") }}')
+        if brk == "excl":
+            for k in range(NBK):
+                p, c = bk_owner(k)
+                m = may(p, c)
+                if m is None or not judged(p, range(NP)):
+                    continue
+                lines.append(f"  :: d_step {{ BK[{k}] && !stB[{k}] && {m} -> stB[{k}] = 1; "
+                             f'printf("@ lease | .break marker of {nm(p, c)} goes stale\\n") }}')
+        if lines:
+            w("\n/* a lease expires: a file that its owner does not keep fresh goes stale (any step) */")
+            w("active proctype Lease() {\nend:\n  do")
+            for ln in lines:
+                w(ln)
+            w("  od\n}")
+
+    # ----------------------------------------------------------- LTL
+    wl = " && ".join(f"[] ((st[{p}] == TRY) -> <> (st[{p}] != TRY))" for p in range(NW)) or "true"
+    quiet = " && ".join(f"st[{p}] == IDLE" for p in range(NW)) or "true"
+    rl = " && ".join(f"[] ((st[{p}] == TRY) -> <> (st[{p}] != TRY))" for p in range(NW, NP)) or "true"
+    w(f"\nltl wlive {{ {wl} }}")
+    w(f"ltl rlive {{ (<> [] ({quiet})) -> ({rl}) }}")
+    return "\n".join(out) + "\n"
+
+
+PRESETS = {  # refresh, touch at grant, W6, unlink of .master_lock on W5 timeout / T3 lost
+    "old": ("cs", False, False, "blind"),
+    "fixed": ("create", True, True, "checked"),
+    "pause": ("pause", True, True, "checked"),
+}
+
+
+def resolve_leases(ap, a):
+    np_ = a.nw + a.nr
+    if a.ns:
+        try:
+            a.nsl = [int(x) for x in a.ns.split(",")]
+        except ValueError:
+            ap.error("--ns takes integers, e.g. 0,1,0")
+        if len(a.nsl) != np_:
+            ap.error(f"--ns needs {np_} entries (writers, then readers)")
+    else:
+        a.nsl = list(range(np_)) if a.lease else [0] * np_
+    a.lm = len(set(a.nsl)) > 1
+    if a.variant is None:
+        a.variant = "pause" if a.lease else "fixed"
+    ref, tg, w6, ul = PRESETS[a.variant]
+    a.refresh = a.refresh or ref
+    a.touch_grant = tg if a.touch_grant is None else a.touch_grant
+    a.w6 = w6 if a.w6 is None else a.w6
+    a.unlink = a.unlink or ul
+    if a.lm and (a.proto != "fixed" or a.brk != "excl"):
+        ap.error("leases (--ns, --lease) are modelled for --proto fixed --break excl only")
+    if a.lm and a.v3:
+        ap.error("--v3 is not modelled with leases")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nw", type=int, default=2)
+    ap.add_argument("--nr", type=int, default=2)
+    ap.add_argument("--crash", type=int, default=1, help="crash budget (crashed processes restart)")
+    ap.add_argument("--proto", choices=["orig", "fixed"], default="fixed")
+    ap.add_argument("--break", dest="brk", choices=["none", "naive", "tomb", "excl"], default="excl")
+    ap.add_argument("--lease", action="store_true",
+                    help="shorthand: every process in its own namespace (unless --ns) and --variant pause "
+                         "(unless --variant): any file may go stale at any time, as when its owner is paused")
+    ap.add_argument("--ns", default="",
+                    help="namespace of each process, comma-separated, writers first then readers (e.g. 0,1,0). "
+                         "Same namespace: judgement is exact (dead iff crashed); other namespace: a lease "
+                         "(dead iff the file is stale). Default: all in one namespace (no leases)")
+    ap.add_argument("--variant", choices=["old", "fixed", "pause"], default=None,
+                    help="with leases (--ns with two namespaces, or --lease): old = the released code "
+                         "(refresh only inside, no touch at the grant, no W6, unchecked unlink of .master_lock "
+                         "on timeout and T3 lost); fixed = refresh from creation to removal, touch at the grant, "
+                         "W6, checked unlinks; pause = fixed, but an owner may be paused longer than its lease, "
+                         "so any file may go stale at any time. Default: fixed (pause with --lease)")
+    ap.add_argument("--refresh", choices=["create", "cs", "pause"], default=None,
+                    help="override the variant: which live owner's files may go stale. create: none (refreshed "
+                         "from creation); cs: those of an owner not yet inside or inside before its first "
+                         "heartbeat; pause: all")
+    ap.add_argument("--touch-grant", dest="touch_grant", action="store_true", default=None,
+                    help="override the variant: the writer touches .master_lock at the grant (and its heartbeat runs from then on)")
+    ap.add_argument("--no-touch-grant", dest="touch_grant", action="store_false")
+    ap.add_argument("--w6", dest="w6", action="store_true", default=None,
+                    help="override the variant: W6 (re-check that .master_lock holds our nonce before entering)")
+    ap.add_argument("--no-w6", dest="w6", action="store_false")
+    ap.add_argument("--unlink", choices=["blind", "checked"], default=None,
+                    help="override the variant: how W5 timeout and T3 lost remove .master_lock")
+    ap.add_argument("--no-own-entry", dest="own_entry", action="store_false",
+                    help="with leases: do not assert that an entering writer's .master_lock is its own")
+    ap.add_argument("--no-own-unlink", dest="own_unlink", action="store_false",
+                    help="with leases: do not assert that an owner's unlink of .master_lock removes its own file")
+    ap.add_argument("--skew", action="store_true", help="a new pending file may sort before existing ones")
+    ap.add_argument("--giveup", action="store_true", help="waiting processes may time out")
+    ap.add_argument("--scan", type=int, default=0, choices=[0, 1, 2],
+                    help="0: listdir is a snapshot; 1: entries read one at a time, reader reads pending "
+                         "then .master_lock; 2: reader reads .master_lock first")
+    ap.add_argument("--giveup-only", default="", metavar="P,...",
+                    help="like --giveup, but only the processes named (e.g. W0)")
+    ap.add_argument("--stop", action="store_true", help="writers may stop for good (for reader liveness)")
+    ap.add_argument("--no-prio", dest="prio", action="store_false")
+    ap.add_argument("--no-mutex", dest="mutex", action="store_false")
+    ap.add_argument("--ww-only", action="store_true",
+                    help="assert mutual exclusion between writers only (isolates two-writer counterexamples)")
+    ap.add_argument("--fifo", action="store_true", help="check writer FIFO (meaningless with --skew)")
+    ap.add_argument("--no-victim", dest="victim", action="store_false")
+    ap.add_argument("--v1", choices=["off", "wake", "armed", "loose"], default="off",
+                    help="variant V1 (reader skips R1 after a wake-up). wake: a reader whose R1 listing showed "
+                         ".master_lock and no pending file may, once .master_lock is gone, go to R2 without "
+                         "R1's listing; armed: the same, but the skip does not wait for .master_lock to be gone (any later "
+                         "wake-up, e.g. a poll timeout); loose: a reader may skip R1 at any time")
+    ap.add_argument("--v2", action="store_true",
+                    help="variant V2 (writer skips W2's listing after a wake-up): a writer whose W2 listing showed "
+                         "its own pending file as the oldest live one and a .master_lock may later try "
+                         "put(.master_lock) without listing again (EEXIST: back to the W2 loop)")
+    ap.add_argument("--tokens", type=int, default=0, metavar="K",
+                    help="model the fencing token (§3.7) with token numbers 1..K; a writer that finds .token-K "
+                         "releases and stops for good (bounds the number of write grants)")
+    ap.add_argument("--v3", action="store_true",
+                    help="variant V3: token housekeeping T4 at release, after unlinking .master_lock (needs --tokens)")
+    ap.add_argument("--v4", action="store_true",
+                    help="variant V4 (needs --tokens): T2 for n >= 1 is one atomic renameat2(.token-n, .token-(n+1), "
+                         "RENAME_NOREPLACE): EEXIST or ENOENT: back to T1; else the token is n+1. n = 0: put(.token-1)")
+    ap.add_argument("--v4-mixed", action="store_true",
+                    help="with --v4: only W0 uses V4, the other writers use the old T2 put (rolling upgrade); "
+                         "their crashes between T2 and T4 leave lower tokens that W0's T1 can see")
+    ap.add_argument("--v4-mutant", choices=["off", "overwrite"], default="off",
+                    help="sanity mutation of V4: overwrite = plain rename(2) that replaces an existing .token-(n+1)")
+    ap.add_argument("--v4-probe", choices=["off", "ok", "eexist", "enoent", "lower"], default="off",
+                    help="reachability probe: assert(0) in the V4 rename outcome ok / EEXIST / ENOENT, or (lower) "
+                         "in a successful rename while a token lower than n exists")
+    ap.add_argument("--tok-lost", action="store_true",
+                    help="with --tokens: T3 finding a higher token is the legitimate 'lock lost' outcome (for --lease "
+                         "runs, where two writers may allocate at once); only uniqueness/monotonicity are asserted")
+    ap.add_argument("--once", action="store_true",
+                    help="scenario: each process makes a single attempt (read or write), then stays idle")
+    ap.add_argument("--gate", action="append", default=[], metavar="P=COND",
+                    help="scenario: process P (W0, R1, ...) starts its attempt only when COND holds; COND combines "
+                         "inside(P), waiting(P), holds(P) (.master_lock is P's), done(P) (needs --once), "
+                         "beating(P) (P's heartbeat has refreshed its files; variant old) with "
+                         "&&, ||, !; e.g. W1=holds(W0). Repeatable")
+    ap.add_argument("--leave", action="append", default=[], metavar="P=COND",
+                    help="scenario: process P leaves its critical section only when COND holds (as in --gate)")
+    ap.add_argument("-o", "--out", default="-")
+    a = ap.parse_args()
+    resolve_leases(ap, a)
+    if (a.v4 or a.tok_lost) and not a.tokens:
+        ap.error("--v4 and --tok-lost need --tokens K")
+    if (a.v4_mixed or a.v4_mutant != "off" or a.v4_probe != "off") and not a.v4:
+        ap.error("--v4-mixed/--v4-mutant/--v4-probe need --v4")
+    text = build(a)
+    if a.out == "-":
+        sys.stdout.write(text)
+    else:
+        with open(a.out, "w") as f:
+            f.write(text)
+
+
+if __name__ == "__main__":
+    main()

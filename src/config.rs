@@ -1,0 +1,32 @@
+//! The settings of a lock, shared by every layer: what `Builder` sets, what the protocol
+//! and the judges read.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+/// The settings an acquisition runs with.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) dir: PathBuf,
+    pub(crate) state_dir: Option<PathBuf>,
+    pub(crate) lease: Duration,
+    pub(crate) min_poll: Duration,
+    pub(crate) max_poll: Duration,
+    pub(crate) pgid: u32,
+    /// Set from another thread to make waiting acquisitions give up (`Cancel`).
+    pub(crate) cancel: Option<Arc<AtomicBool>>,
+    /// Whether held files are refreshed by the process's heartbeat thread
+    /// (`Builder::background_heartbeat`); otherwise only by the guards' `refresh`.
+    pub(crate) heartbeat: bool,
+}
+
+impl Config {
+    /// How often an owner renews each of its files (PROTOCOL.md §3.8, H2): lease/3, so
+    /// that a file whose owner runs is never older than a third of the lease, from its
+    /// creation to its removal, while waiting as well as while holding.
+    pub(crate) fn refresh_period(&self) -> Duration {
+        (self.lease / 3).max(Duration::from_millis(50))
+    }
+}

@@ -1,0 +1,120 @@
+//! Judging lock files (PROTOCOL.md §2.2): reads a file through the file layer and gives
+//! the verdict on its owner ([`crate::liveness::judge`]). The one owner of judging, shared
+//! by the protocol (W2, R1, W5, B0–B3, cleanup) and by `status`.
+
+use std::time::Duration;
+
+use crate::config::Config;
+use crate::entry::Entry;
+use crate::error::Result;
+use crate::fsops::{Found, StateDir};
+use crate::holder::Kind;
+use crate::liveness::{self, Liveness};
+use crate::names::LockName;
+
+/// Judges the files of one state directory, with the lease that counts for a malformed
+/// file (a well-formed record carries its owner's lease).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Judge<'a> {
+    sd: &'a StateDir,
+    malformed_lease: Duration,
+}
+
+/// A read and judged lock file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Judged {
+    Gone,
+    File(Liveness),
+}
+
+impl Judged {
+    pub(crate) fn is_dead(self) -> bool {
+        self == Judged::File(Liveness::Dead)
+    }
+
+    /// Present and not dead: it blocks whoever it is in the way of.
+    pub(crate) fn is_live(self) -> bool {
+        matches!(self, Judged::File(l) if !l.is_dead())
+    }
+}
+
+impl<'a> Judge<'a> {
+    pub(crate) fn new(sd: &'a StateDir, cfg: &Config) -> Judge<'a> {
+        Judge {
+            sd,
+            malformed_lease: cfg.lease,
+        }
+    }
+
+    /// Reads and judges a lock file.
+    pub(crate) fn judge(&self, name: &LockName) -> Result<Judged> {
+        Ok(match self.sd.read(name)? {
+            Found::Gone => Judged::Gone,
+            Found::File { holder, mtime, .. } => Judged::File(liveness::judge(
+                holder.as_ref(),
+                mtime,
+                self.sd.judge_now(),
+                self.malformed_lease,
+            )),
+        })
+    }
+
+    /// `unlink_if_dead` for unique names (PROTOCOL.md §2.2): reads, judges, and removes
+    /// the file if its owner is dead. A unique name is never reused, so this can only
+    /// remove the dead owner's own file.
+    pub(crate) fn unlink_if_dead(&self, name: &LockName) -> Result<Judged> {
+        debug_assert!(name.is_unique());
+        let j = self.judge(name)?;
+        if j.is_dead() {
+            self.sd.unlink(name)?;
+        }
+        Ok(j)
+    }
+
+    /// [`Judge::unlink_if_dead`] on each of `names`; whether any of them is live.
+    pub(crate) fn any_live<'n>(
+        &self,
+        names: impl IntoIterator<Item = &'n LockName>,
+    ) -> Result<bool> {
+        let mut live = false;
+        for name in names {
+            live |= self.unlink_if_dead(name)?.is_live();
+        }
+        Ok(live)
+    }
+
+    /// Reads and judges one lock file, for `status`, errors and cleanup; `None` if it
+    /// vanished.
+    pub(crate) fn entry(&self, name: &LockName) -> Result<Option<Entry>> {
+        let Found::File {
+            holder,
+            mtime,
+            regular,
+        } = self.sd.read(name)?
+        else {
+            return Ok(None);
+        };
+        let liveness = liveness::judge(
+            holder.as_ref(),
+            mtime,
+            self.sd.judge_now(),
+            self.malformed_lease,
+        );
+        let kind = match name {
+            LockName::Master => Kind::Write,
+            LockName::Pending { .. } => Kind::Pending,
+            LockName::Slave { .. } => Kind::Read,
+            LockName::Break { .. } | LockName::Tmp { .. } => Kind::Break,
+            LockName::Token(_) => Kind::Token,
+        };
+        Ok(Some(Entry {
+            name: name.to_string(),
+            path: self.sd.path_of(name),
+            kind,
+            holder,
+            mtime,
+            liveness,
+            regular,
+        }))
+    }
+}
