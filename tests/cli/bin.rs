@@ -14,13 +14,17 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
 /// The path of the `rwdir` binary, built (or found current) on first use. Panics, saying
-/// why, if it cannot be built.
+/// why, if it cannot be built; the build is tried once per process, so every test that
+/// needs the binary then fails at once with the same message.
 pub fn rwdir_bin() -> &'static str {
-    static BIN: OnceLock<String> = OnceLock::new();
-    BIN.get_or_init(build)
+    static BIN: OnceLock<Result<String, String>> = OnceLock::new();
+    match BIN.get_or_init(build) {
+        Ok(path) => path,
+        Err(why) => panic!("{why}"),
+    }
 }
 
-fn build() -> String {
+fn build() -> Result<String, String> {
     let what = "cargo build -p rwdir-cli --bin rwdir (the `rwdir` binary under test)";
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
@@ -35,13 +39,14 @@ fn build() -> String {
     }
     let out = cmd
         .output()
-        .unwrap_or_else(|e| panic!("cannot run {what}: {e}"));
-    assert!(
-        out.status.success(),
-        "{what} failed ({}); its errors are above. The tests that run the command need \
-         the rwdir repository's workspace, whose member `cli/` builds it.",
-        out.status
-    );
+        .map_err(|e| format!("cannot run {what}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{what} failed ({}); its errors are above. The tests that run the command \
+             need the rwdir repository's workspace, whose member `cli/` builds it.",
+            out.status
+        ));
+    }
     // One JSON object per line; the artifact line of the binary names its path.
     let text = String::from_utf8_lossy(&out.stdout);
     let exe = text
@@ -52,10 +57,9 @@ fn build() -> String {
             let rest = &l[l.find("\"executable\":\"")? + "\"executable\":\"".len()..];
             Some(rest[..rest.find('"')?].to_string())
         })
-        .unwrap_or_else(|| panic!("{what} reported no executable:\n{text}"));
-    assert!(
-        Path::new(&exe).is_file(),
-        "{what} reported `{exe}`, which is not a file"
-    );
-    exe
+        .ok_or_else(|| format!("{what} reported no executable:\n{text}"))?;
+    if !Path::new(&exe).is_file() {
+        return Err(format!("{what} reported `{exe}`, which is not a file"));
+    }
+    Ok(exe)
 }
