@@ -26,7 +26,9 @@ use nix::sys::stat::fstat;
 use nix::sys::time::TimeSpec;
 use parking_lot::Mutex;
 
-type Key = (u64, u64);
+use crate::sys::FileId;
+
+type Key = FileId;
 
 /// Watchers by state directory `(dev, ino)`.
 static WATCHERS: Mutex<Option<HashMap<Key, Arc<Watcher>>>> = Mutex::new(None);
@@ -268,8 +270,7 @@ impl Drop for Subscription {
 /// available (then waiting is plain polling).
 pub(crate) fn subscribe(dir: impl AsFd) -> Option<Subscription> {
     let st = fstat(&dir).ok()?;
-    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
-    let key: Key = (st.st_dev as u64, st.st_ino as u64);
+    let key: Key = FileId::of(&st);
     let pid = std::process::id();
     let watcher = {
         let mut map = WATCHERS.lock();
