@@ -3,24 +3,55 @@
 //!
 //! ```text
 //! cargo run --release --example stress -- --readers 6 --writers 3 --seconds 60 [DIR]
+//! cargo run --release --example stress -- --readers 6 --writers 4 --lease 3 --hold 2..8 \
+//!     --pidns 4 --seconds 120 [DIR]
 //! ```
 //!
 //! DIR defaults to a fresh temporary directory. The example re-runs itself as worker
-//! processes (`--worker read|write DIR LOG`), which loop: acquire, log `E`, hold for a
-//! short random time, log `X`, release. Writers sometimes downgrade to a reader before
-//! releasing (logged as `D`), and readers sometimes use a short timeout.
+//! processes (`--worker read|write DIR LOG ID LEASE_MS HOLD_MIN_MS HOLD_MAX_MS`), which
+//! loop: acquire, log `E`, hold for a short random time, log `X`, release. Writers
+//! sometimes downgrade to a reader before releasing (logged as `D`), and readers
+//! sometimes use a short timeout.
+//!
+//! # The long-hold mode (`--lease`, `--hold`, `--pidns`)
+//!
+//! The default mode holds and waits for milliseconds, far less than any lease, and all
+//! its workers judge each other exactly (same host, same pid namespace). Issue #18 hid
+//! there: a waiting owner's `.master_lock` and pending file were refreshed only after the
+//! grant, so a wait longer than the lease let a contender that judges by lease break them
+//! while their owner was alive (PROTOCOL.md §11). The long-hold mode goes there:
+//!
+//! - `--lease S`: every worker's lease is S seconds (heartbeat every S/3).
+//! - `--hold A..B`: readers hold for a random time between A and B seconds, meant to be
+//!   longer than the lease, so a writer waits in W5 (and the writers queued behind it in
+//!   W2) for longer than the lease. Writers hold for up to 0.5 s, one grant in 8 for
+//!   A..B; they think for up to B seconds between attempts (so that readers get a turn),
+//!   and one attempt in 4 has a timeout between one and two leases (logged as `T` when it
+//!   expires), so that timeouts strike in W2 and W5 after the files' lease has run out.
+//! - `--pidns N`: N workers, taken alternately from the writers and the readers, run each
+//!   in a pid namespace of its own (`unshare --pid --fork --mount-proc --kill-child`;
+//!   needs root). They judge every other worker, and are judged, by lease; the workers
+//!   left in the runner's namespace judge each other exactly. Each of the namespaced
+//!   workers is pid 1 in its namespace, so pids collide: the log names workers by a
+//!   unique id (`r0`, `w2`, ...), and each worker logs its identity first
+//!   (`I <pidns inode> <pid>`).
+//!
+//! `--pidns` and `--lease` work without `--hold` too. Without these flags the run is the
+//! default mode, unchanged.
 //!
 //! # The log
 //!
 //! Every worker appends to ONE log file opened with `O_APPEND`, one `write(2)` per
-//! line, so the file's order is the real-time order of the events: an event logged
-//! after another one completed comes later in the file. `E` is logged after the grant
-//! and `X` before the release, so a logged interval lies inside the real one, and any
-//! overlap in the log is an overlap of real grants. `D` (downgrade) is logged just
-//! before `downgrade()` is called: from there on the checker counts the worker as a
-//! reader, which is weaker than the truth (it still holds the write lock until the
-//! call turns it into a read lock), so a writer entering before its `X` is still a
-//! violation, and readers entering once `.master_lock` is gone are not.
+//! line (`<ns> <id> <event>`), so the file's order is the real-time order of the
+//! events: an event logged after another one completed comes later in the file. `E` is
+//! logged after the grant and `X` before the release, so a logged interval lies inside
+//! the real one, and any overlap in the log is an overlap of real grants. `D`
+//! (downgrade) is logged just before `downgrade()` is called: from there on the checker
+//! counts the worker as a reader, which is weaker than the truth (it still holds the
+//! write lock until the call turns it into a read lock), so a writer entering before its
+//! `X` is still a violation, and readers entering once `.master_lock` is gone are not.
+//! `L` records a lock the worker found lost (`check()`, `release()`, `downgrade()`, or an
+//! acquisition failing with `LockLost`); the worker logs it and goes on.
 //!
 //! # What is checked, on every event
 //!
@@ -29,21 +60,28 @@
 //! - **Fencing tokens** strictly grow from one write grant to the next.
 //! - **FIFO among writers**. The token order alone proves nothing about FIFO, and the
 //!   queue stamps (`ns` of the pending files) are not exposed. Instead, before calling
-//!   `write()`, a writer logs `S`, reads `status()`, and logs `Q` with the pids of the
-//!   queued writers it saw. Each of them had its pending file in place before our own
-//!   was made, so its `ns` is smaller and the lock must let it in first: its first
-//!   `E` after our `S` must precede our next `E`. This is sound (it never flags a
-//!   correct run): the attempt we saw queued enters after our `S`, so "its first `E`
-//!   after our `S`" is that attempt or an earlier one, and both enter before us if the
-//!   lock is FIFO. Writers never time out, so every attempt seen queued does enter. It
+//!   `write()`, a writer logs `S`, reads `status()`, and logs `Q` with the identities
+//!   (`<pidns>:<pid>` from each record, which stays unique across pid namespaces; the
+//!   `I` lines map it to a worker id) of the queued writers it saw. Each of them had its
+//!   pending file in place before our own was made, so its `ns` is smaller and the lock
+//!   must let it in first: its first `E` after our `S` must precede our next `E`. This is
+//!   sound (it never flags a correct run): the attempt we saw queued enters after our
+//!   `S`, so "its first `E` after our `S`" is that attempt or an earlier one, and both
+//!   enter before us if the lock is FIFO. An attempt that ends with a timeout (`T`)
+//!   does not enter at all, so when the first `E` or `T` after the `S` (theirs) or after
+//!   the `Q` (ours) is a `T`, that comparison is skipped and counted as skipped. It
 //!   assumes the realtime clock does not step backwards during the run.
+//! - **No lost locks**: every `L` is a violation. The workers' owners are alive and
+//!   renew their files, so nobody may judge them dead.
 //! - **Sharing**: with two or more readers, readers must have overlapped at least once.
 //!
 //! After the run, every worker must have exited successfully, every `E` must have its
 //! `X`, and the state directory must hold nothing but the token file.
 //!
 //! It prints totals, grants per second and a last line `violations: N`, and exits
-//! non-zero when N > 0. `tests/stress.rs` runs a short stress with the same code.
+//! non-zero when N > 0; a run with violations keeps its log, and
+//! `stress --check LOG [READERS]` replays a log and prints every violation. `tests/stress.rs` runs a short stress of each mode with the same
+//! code.
 
 #![allow(clippy::disallowed_methods)]
 
@@ -51,8 +89,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
+use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
-use std::process::{Command, ExitCode, Stdio};
+use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -66,6 +105,27 @@ pub struct Options {
     pub writers: usize,
     pub duration: Duration,
     pub dir: PathBuf,
+    /// Every worker's lease (`--lease`); `None`: the library's default.
+    pub lease: Option<Duration>,
+    /// The long-hold mode (`--hold A..B`): readers hold between A and B.
+    pub hold: Option<(Duration, Duration)>,
+    /// How many workers run each in a pid namespace of its own (`--pidns`).
+    pub pidns: usize,
+}
+
+impl Options {
+    /// The default mode: `readers` and `writers` for `duration` on `dir`.
+    pub fn new(readers: usize, writers: usize, duration: Duration, dir: PathBuf) -> Options {
+        Options {
+            readers,
+            writers,
+            duration,
+            dir,
+            lease: None,
+            hold: None,
+            pidns: 0,
+        }
+    }
 }
 
 /// What a worker process does.
@@ -74,29 +134,50 @@ pub struct Worker {
     pub write: bool,
     pub dir: PathBuf,
     pub log: PathBuf,
+    /// The worker's name in the log: `r<n>` or `w<n>`, unique in the run.
+    pub id: String,
+    pub lease: Option<Duration>,
+    pub hold: Option<(Duration, Duration)>,
+    /// Whether the runner starts it in a pid namespace of its own (not an argument: the
+    /// runner wraps the command).
+    pub own_pidns: bool,
 }
 
 impl Worker {
-    /// `read|write DIR LOG`, the arguments after `--worker`.
+    /// `read|write DIR LOG ID LEASE_MS HOLD_MIN_MS HOLD_MAX_MS`, the arguments after
+    /// `--worker` (0 for no lease, `0 0` for the default mode's holds).
     pub fn to_args(&self) -> Vec<OsString> {
+        let ms = |d: Option<Duration>| OsString::from(d.map_or(0, |d| d.as_millis()).to_string());
         vec![
             OsString::from(if self.write { "write" } else { "read" }),
             self.dir.clone().into_os_string(),
             self.log.clone().into_os_string(),
+            OsString::from(&self.id),
+            ms(self.lease),
+            ms(self.hold.map(|h| h.0)),
+            ms(self.hold.map(|h| h.1)),
         ]
     }
 
     pub fn from_args(args: &[OsString]) -> Option<Worker> {
-        let [kind, dir, log] = args else { return None };
+        let [kind, dir, log, id, lease, min, max] = args else {
+            return None;
+        };
         let write = match kind.to_str()? {
             "read" => false,
             "write" => true,
             _ => return None,
         };
+        let ms = |a: &OsString| a.to_str()?.parse::<u64>().ok().map(Duration::from_millis);
+        let (lease, min, max) = (ms(lease)?, ms(min)?, ms(max)?);
         Some(Worker {
             write,
             dir: PathBuf::from(dir),
             log: PathBuf::from(log),
+            id: id.to_str()?.to_string(),
+            lease: (!lease.is_zero()).then_some(lease),
+            hold: (!max.is_zero()).then_some((min, max)),
+            own_pidns: false,
         })
     }
 }
@@ -109,7 +190,17 @@ pub struct Check {
     pub downgrades: u64,
     pub max_readers: usize,
     pub fifo_checks: u64,
+    /// FIFO comparisons skipped because one of the two attempts timed out.
+    pub fifo_skipped: u64,
+    /// Write attempts that timed out (`T`).
+    pub timeouts: u64,
+    /// Locks found lost (`L`); each is also a violation.
+    pub lost: u64,
     pub last_token: u64,
+    /// Each write grant's wait, from its `Q` (just before the call) to its `E`.
+    pub write_waits: Vec<Duration>,
+    /// Each read grant's hold, from its `E` to its `X`.
+    pub read_holds: Vec<Duration>,
     pub violations: Vec<String>,
 }
 
@@ -124,83 +215,129 @@ impl Check {
 pub fn check(log: &str, readers: usize) -> Check {
     let mut c = Check::default();
     let lines: Vec<&str> = log.lines().collect();
-    // Pass 1: positions of every writer's `E`, for the FIFO obligations.
-    let mut write_enters: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+    // Pass 1: where every write attempt ended (`E W`: entered, `T`: timed out), for the
+    // FIFO obligations, and the workers' identities (`I <pidns> <pid>`).
+    let mut ends: BTreeMap<&str, Vec<(usize, bool)>> = BTreeMap::new();
+    let mut idents: BTreeMap<String, &str> = BTreeMap::new();
     for (i, l) in lines.iter().enumerate() {
         let f: Vec<&str> = l.split_whitespace().collect();
-        if f.len() >= 4
-            && f[2] == "E"
-            && f[3] == "W"
-            && let Ok(pid) = f[1].parse()
-        {
-            write_enters.entry(pid).or_default().push(i);
+        match f.as_slice() {
+            [_, id, "E", "W", ..] => ends.entry(id).or_default().push((i, true)),
+            [_, id, "T", ..] => ends.entry(id).or_default().push((i, false)),
+            [_, id, "I", pidns, pid] => {
+                idents.insert(format!("{pidns}:{pid}"), id);
+            }
+            _ => {}
         }
     }
-    let first_after = |pid: u32, pos: usize| -> Option<usize> {
-        let v = write_enters.get(&pid)?;
-        v.get(v.partition_point(|&p| p <= pos)).copied()
+    // The first end of an attempt after line `pos`: (line, entered).
+    let end_after = |id: &str, pos: usize| -> Option<(usize, bool)> {
+        let v = ends.get(id)?;
+        v.get(v.partition_point(|&(p, _)| p <= pos)).copied()
     };
     // Pass 2: replay.
-    let mut writer: Option<u32> = None;
-    let mut inside_readers: BTreeSet<u32> = BTreeSet::new();
-    let mut last_s: BTreeMap<u32, usize> = BTreeMap::new();
+    let mut writer: Option<&str> = None;
+    let mut inside_readers: BTreeSet<&str> = BTreeSet::new();
+    let mut last_s: BTreeMap<&str, usize> = BTreeMap::new();
     let mut last_token: Option<u64> = None;
+    let mut last_q: BTreeMap<&str, u128> = BTreeMap::new();
+    let mut read_since: BTreeMap<&str, u128> = BTreeMap::new();
+    let ns_between = |a: u128, b: u128| {
+        Duration::from_nanos(u64::try_from(b.saturating_sub(a)).unwrap_or(u64::MAX))
+    };
     for (i, l) in lines.iter().enumerate() {
         let f: Vec<&str> = l.split_whitespace().collect();
-        let (Some(pid), Some(ev)) = (f.get(1).and_then(|p| p.parse::<u32>().ok()), f.get(2)) else {
+        let (Some(&id), Some(ev)) = (f.get(1), f.get(2)) else {
+            c.violation(i, format!("malformed line `{l}`"));
+            continue;
+        };
+        let Ok(t) = f[0].parse::<u128>() else {
             c.violation(i, format!("malformed line `{l}`"));
             continue;
         };
         match (*ev, f.get(3).copied()) {
+            ("I", _) => {}
             ("S", _) => {
-                last_s.insert(pid, i);
+                last_s.insert(id, i);
             }
             ("Q", _) => {
-                let Some(&s) = last_s.get(&pid) else {
-                    c.violation(i, format!("{pid}: Q without S"));
+                last_q.insert(id, t);
+                let Some(&s) = last_s.get(id) else {
+                    c.violation(i, format!("{id}: Q without S"));
                     continue;
                 };
-                let Some(mine) = first_after(pid, i) else {
+                let Some((mine, entered)) = end_after(id, i) else {
                     continue; // never entered (the run ended): nothing to compare
                 };
-                for ahead in f[3..].iter().filter_map(|p| p.parse::<u32>().ok()) {
-                    c.fifo_checks += 1;
-                    match first_after(ahead, s) {
-                        Some(theirs) if theirs < mine => {}
+                for token in &f[3..] {
+                    // `<pidns>:<pid>` from a record, or (hand-written logs) a worker id.
+                    let ahead = if token.contains(':') {
+                        match idents.get(*token) {
+                            Some(a) => *a,
+                            None => {
+                                c.violation(
+                                    i,
+                                    format!("{id} saw a queued writer {token} that is no worker"),
+                                );
+                                continue;
+                            }
+                        }
+                    } else {
+                        token
+                    };
+                    if !entered {
+                        c.fifo_skipped += 1; // our attempt timed out
+                        continue;
+                    }
+                    match end_after(ahead, s) {
+                        Some((theirs, true)) if theirs < mine => c.fifo_checks += 1,
+                        Some((_, false)) => c.fifo_skipped += 1, // theirs timed out
                         theirs => c.violation(
                             i,
                             format!(
-                                "FIFO: writer {pid} saw writer {ahead} queued before it called \
+                                "FIFO: writer {id} saw writer {ahead} queued before it called \
                                  write(), but entered first (line {}; theirs: {:?})",
                                 mine + 1,
-                                theirs.map(|t| t + 1)
+                                theirs.map(|t| t.0 + 1)
                             ),
                         ),
                     }
                 }
             }
+            ("T", _) => {
+                c.timeouts += 1;
+                last_q.remove(id);
+            }
+            ("L", _) => {
+                c.lost += 1;
+                c.violation(i, format!("{id} lost its lock: {}", f[3..].join(" ")));
+            }
             ("E", Some("R")) => {
                 c.reads += 1;
+                read_since.insert(id, t);
                 if let Some(w) = writer {
-                    c.violation(i, format!("reader {pid} entered while writer {w} holds"));
+                    c.violation(i, format!("reader {id} entered while writer {w} holds"));
                 }
-                if !inside_readers.insert(pid) {
-                    c.violation(i, format!("reader {pid} entered twice"));
+                if !inside_readers.insert(id) {
+                    c.violation(i, format!("reader {id} entered twice"));
                 }
                 c.max_readers = c.max_readers.max(inside_readers.len());
             }
             ("E", Some("W")) => {
                 c.writes += 1;
                 if let Some(w) = writer {
-                    c.violation(i, format!("writer {pid} entered while writer {w} holds"));
+                    c.violation(i, format!("writer {id} entered while writer {w} holds"));
                 }
                 if !inside_readers.is_empty() {
                     c.violation(
                         i,
-                        format!("writer {pid} entered while readers {inside_readers:?} hold"),
+                        format!("writer {id} entered while readers {inside_readers:?} hold"),
                     );
                 }
-                writer = Some(pid);
+                writer = Some(id);
+                if let Some(q) = last_q.remove(id) {
+                    c.write_waits.push(ns_between(q, t));
+                }
                 match f.get(4).and_then(|t| t.parse::<u64>().ok()) {
                     Some(t) => {
                         if let Some(prev) = last_token.filter(|&p| t <= p) {
@@ -209,30 +346,30 @@ pub fn check(log: &str, readers: usize) -> Check {
                         last_token = Some(t);
                         c.last_token = t;
                     }
-                    None => c.violation(i, format!("writer {pid}: no token")),
+                    None => c.violation(i, format!("writer {id}: no token")),
                 }
             }
             ("D", _) => {
                 c.downgrades += 1;
-                if writer != Some(pid) {
-                    c.violation(
-                        i,
-                        format!("{pid} downgraded without holding the write lock"),
-                    );
+                if writer != Some(id) {
+                    c.violation(i, format!("{id} downgraded without holding the write lock"));
                 }
                 writer = None;
-                inside_readers.insert(pid);
+                inside_readers.insert(id);
                 c.max_readers = c.max_readers.max(inside_readers.len());
             }
             ("X", Some("W")) => {
-                if writer != Some(pid) {
-                    c.violation(i, format!("writer {pid} left without holding"));
+                if writer != Some(id) {
+                    c.violation(i, format!("writer {id} left without holding"));
                 }
                 writer = None;
             }
             ("X", Some("R")) => {
-                if !inside_readers.remove(&pid) {
-                    c.violation(i, format!("reader {pid} left without holding"));
+                if let Some(since) = read_since.remove(id) {
+                    c.read_holds.push(ns_between(since, t));
+                }
+                if !inside_readers.remove(id) {
+                    c.violation(i, format!("reader {id} left without holding"));
                 }
             }
             _ => c.violation(i, format!("unknown event `{l}`")),
@@ -257,12 +394,12 @@ pub fn check(log: &str, readers: usize) -> Check {
 // Workers
 
 /// One `write(2)` of one line to the `O_APPEND` log.
-fn log(file: &File, line: &str) -> Result<(), String> {
+fn log(file: &File, id: &str, line: &str) -> Result<(), String> {
     let ns = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or(0);
-    let line = format!("{ns} {} {line}\n", std::process::id());
+    let line = format!("{ns} {id} {line}\n");
     match (&*file).write(line.as_bytes()) {
         Ok(n) if n == line.len() => Ok(()),
         Ok(n) => Err(format!("short write to the log: {n} of {}", line.len())),
@@ -273,12 +410,16 @@ fn log(file: &File, line: &str) -> Result<(), String> {
 struct Rng(u64);
 
 impl Rng {
-    fn new() -> Rng {
+    fn new(id: &str) -> Rng {
         let t = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.subsec_nanos())
             .unwrap_or(0);
-        Rng((u64::from(std::process::id()) << 32 ^ u64::from(t)) | 1)
+        // The pid alone is no seed: every worker in a pid namespace of its own is pid 1.
+        let h = id.bytes().fold(u64::from(std::process::id()), |h, b| {
+            h.wrapping_mul(31) ^ u64::from(b)
+        });
+        Rng((h << 32 ^ u64::from(t)) | 1)
     }
 
     fn below(&mut self, n: u64) -> u64 {
@@ -290,6 +431,12 @@ impl Rng {
 
     fn micros(&mut self, max: u64) -> Duration {
         Duration::from_micros(self.below(max))
+    }
+
+    /// Uniform in `[lo, hi)` (`lo` if the range is empty).
+    fn between(&mut self, lo: Duration, hi: Duration) -> Duration {
+        let span = hi.saturating_sub(lo).as_micros();
+        lo + Duration::from_micros(self.below(u64::try_from(span).unwrap_or(u64::MAX)))
     }
 }
 
@@ -307,38 +454,97 @@ pub fn worker_main(w: &Worker) -> Result<(), String> {
         .append(true)
         .open(&w.log)
         .map_err(|e| format!("open log {}: {e}", w.log.display()))?;
-    let lock = DirLock::new(&w.dir).map_err(|e| e.to_string())?;
-    let mut rng = Rng::new();
+    let log = |line: &str| log(&file, &w.id, line);
+    // Who we are in the records of our lock files (`status()` shows them): the pid
+    // namespace as the library reads it, and our pid in it.
+    let pidns = fs::metadata("/proc/self/ns/pid")
+        .map(|m| m.ino())
+        .map_err(|e| format!("/proc/self/ns/pid: {e}"))?;
+    log(&format!("I {pidns} {}", std::process::id()))?;
+    let mut builder = DirLock::builder(&w.dir);
+    if let Some(lease) = w.lease {
+        builder = builder.lease(lease);
+    }
+    let lock = builder.build().map_err(|e| e.to_string())?;
+    let lease = lock.lease();
+    let mut rng = Rng::new(&w.id);
     let err = |e: Error| e.to_string();
+    // A lock found lost is logged (a violation) and the worker goes on.
+    let lost = |what: &str, e: Error| log(&format!("L {what}: {e}"));
     while !stop.load(Ordering::SeqCst) {
         if w.write {
             // Think outside the lock, so that readers get a turn (writers have priority).
-            std::thread::sleep(Duration::from_millis(2) + rng.micros(20_000));
-            log(&file, "S")?;
+            std::thread::sleep(match w.hold {
+                None => Duration::from_millis(2) + rng.micros(20_000),
+                Some((_, max)) => rng.between(Duration::ZERO, max),
+            });
+            if stop.load(Ordering::SeqCst) {
+                break;
+            }
+            log("S")?;
             let ahead: Vec<String> = lock
                 .status()
                 .map_err(err)?
                 .pending
                 .iter()
-                .filter_map(|e| e.holder.as_ref().map(|h| h.pid.to_string()))
+                .filter_map(|e| e.holder.as_ref().map(|h| format!("{}:{}", h.pidns, h.pid)))
                 .collect();
-            log(&file, &format!("Q {}", ahead.join(" ")))?;
-            let g = lock.write().map_err(err)?;
-            log(&file, &format!("E W {}", g.token()))?;
-            std::thread::sleep(rng.micros(2_000));
-            g.check().map_err(err)?;
+            log(&format!("Q {}", ahead.join(" ")))?;
+            // Long-hold mode: one attempt in 4 gives up after one to two leases.
+            let timeout = w
+                .hold
+                .filter(|_| rng.below(4) == 0)
+                .map(|_| rng.between(lease, lease * 2));
+            let g = match timeout {
+                None => lock.write(),
+                Some(t) => lock.try_write_for(t),
+            };
+            let g = match g {
+                Ok(g) => g,
+                Err(Error::TimedOut { .. }) => {
+                    log("T")?;
+                    continue;
+                }
+                Err(e @ Error::LockLost { .. }) => {
+                    lost("write", e)?;
+                    continue;
+                }
+                Err(e) => return Err(err(e)),
+            };
+            log(&format!("E W {}", g.token()))?;
+            std::thread::sleep(match w.hold {
+                None => rng.micros(2_000),
+                Some((min, max)) if rng.below(8) == 0 => rng.between(min, max),
+                Some(_) => rng.micros(500_000),
+            });
+            if let Err(e) = g.check() {
+                lost("check", e)?;
+            }
             if rng.below(5) == 0 {
                 // Logged before the call: readers may enter as soon as `.master_lock`
                 // is gone, before `downgrade` returns.
-                log(&file, "D")?;
-                let r = g.downgrade().map_err(err)?;
-                std::thread::sleep(rng.micros(2_000));
-                r.check().map_err(err)?;
-                log(&file, "X R")?;
-                r.release().map_err(err)?;
+                log("D")?;
+                match g.downgrade() {
+                    Ok(r) => {
+                        std::thread::sleep(rng.micros(2_000));
+                        if let Err(e) = r.check() {
+                            lost("check", e)?;
+                        }
+                        log("X R")?;
+                        if let Err(e) = r.release() {
+                            lost("release", e)?;
+                        }
+                    }
+                    Err(e) => {
+                        lost("downgrade", e)?;
+                        log("X R")?;
+                    }
+                }
             } else {
-                log(&file, "X W")?;
-                g.release().map_err(err)?;
+                log("X W")?;
+                if let Err(e) = g.release() {
+                    lost("release", e)?;
+                }
             }
         } else {
             std::thread::sleep(rng.micros(3_000));
@@ -350,11 +556,18 @@ pub fn worker_main(w: &Worker) -> Result<(), String> {
             } else {
                 lock.read().map_err(err)?
             };
-            log(&file, "E R")?;
-            std::thread::sleep(rng.micros(5_000));
-            g.check().map_err(err)?;
-            log(&file, "X R")?;
-            g.release().map_err(err)?;
+            log("E R")?;
+            std::thread::sleep(match w.hold {
+                None => rng.micros(5_000),
+                Some((min, max)) => rng.between(min, max),
+            });
+            if let Err(e) = g.check() {
+                lost("check", e)?;
+            }
+            log("X R")?;
+            if let Err(e) = g.release() {
+                lost("release", e)?;
+            }
         }
     }
     Ok(())
@@ -370,8 +583,60 @@ pub struct Report {
     pub elapsed: Duration,
 }
 
+/// `cmd`, run in a pid namespace of its own (with its own `/proc`), as pid 1 there.
+/// `--kill-child`: killing `unshare` kills the worker.
+fn in_own_pidns(cmd: &Command) -> Command {
+    let mut c = Command::new("unshare");
+    c.args(["--pid", "--fork", "--mount-proc", "--kill-child", "--"])
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => c.env(k, v),
+            None => c.env_remove(k),
+        };
+    }
+    if let Some(d) = cmd.get_current_dir() {
+        c.current_dir(d);
+    }
+    c
+}
+
+/// The workers of a run: readers `r<n>` first, then writers `w<n>`. `opts.pidns` of
+/// them, alternately a writer and a reader (writers first), get a pid namespace of
+/// their own.
+pub fn workers(opts: &Options, log: &std::path::Path) -> Vec<Worker> {
+    let mut ws: Vec<Worker> = (0..opts.readers + opts.writers)
+        .map(|i| {
+            let write = i >= opts.readers;
+            Worker {
+                write,
+                dir: opts.dir.clone(),
+                log: log.to_path_buf(),
+                id: if write {
+                    format!("w{}", i - opts.readers)
+                } else {
+                    format!("r{i}")
+                },
+                lease: opts.lease,
+                hold: opts.hold,
+                own_pidns: false,
+            }
+        })
+        .collect();
+    let (mut r, mut w) = (0, opts.readers);
+    for k in 0..opts.pidns.min(ws.len()) {
+        let writer_turn = (k % 2 == 0 && w < ws.len()) || r >= opts.readers;
+        let i = if writer_turn { &mut w } else { &mut r };
+        ws[*i].own_pidns = true;
+        *i += 1;
+    }
+    ws
+}
+
 /// Runs the stress: spawns the workers with `spawn` (which makes the command that runs
-/// [`worker_main`] for a worker), lets them run, stops them, checks. Writes a summary to
+/// [`worker_main`] for a worker; the runner wraps it in `unshare` for a worker with a
+/// pid namespace of its own), lets them run, stops them, checks. Writes a summary to
 /// `out`, ending with `violations: N`.
 pub fn run(
     opts: &Options,
@@ -381,7 +646,8 @@ pub fn run(
     let logdir = tempfile::Builder::new().prefix("rwdir-stress-").tempdir()?;
     let log = logdir.path().join("events.log");
     File::create(&log)?;
-    writeln!(
+    let ws = workers(opts, &log);
+    write!(
         out,
         "stress: {} readers, {} writers, {} s on {}",
         opts.readers,
@@ -389,21 +655,38 @@ pub fn run(
         opts.duration.as_secs_f64(),
         opts.dir.display()
     )?;
+    if let Some(lease) = opts.lease {
+        write!(out, ", lease {} s", lease.as_secs_f64())?;
+    }
+    if let Some((min, max)) = opts.hold {
+        write!(
+            out,
+            ", reader holds {}..{} s",
+            min.as_secs_f64(),
+            max.as_secs_f64()
+        )?;
+    }
+    let own: Vec<&str> = ws
+        .iter()
+        .filter(|w| w.own_pidns)
+        .map(|w| w.id.as_str())
+        .collect();
+    if !own.is_empty() {
+        write!(out, ", own pid namespaces: {}", own.join(" "))?;
+    }
+    writeln!(out)?;
     let mut violations = Vec::new();
-    let mut children = Vec::new();
+    let mut children: Vec<(String, Child)> = Vec::new();
     let start = Instant::now();
-    for i in 0..opts.readers + opts.writers {
-        let w = Worker {
-            write: i >= opts.readers,
-            dir: opts.dir.clone(),
-            log: log.clone(),
-        };
-        let child = spawn(&w)
+    for w in &ws {
+        let cmd = spawn(w);
+        let mut cmd = if w.own_pidns { in_own_pidns(&cmd) } else { cmd };
+        let child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()?;
-        children.push(child);
+        children.push((w.id.clone(), child));
     }
     let mut next_report = Duration::from_secs(10);
     while start.elapsed() < opts.duration {
@@ -415,23 +698,29 @@ pub fn run(
             next_report += Duration::from_secs(10);
         }
     }
-    // Stop: close every stdin; each worker finishes its current round and exits.
-    for c in &mut children {
+    // Stop: close every stdin; each worker finishes its current round and exits. In the
+    // long-hold mode a round can take several holds (a writer waits for readers, which
+    // hold up to the maximum, and for the writers ahead of it).
+    for (_, c) in &mut children {
         drop(c.stdin.take());
     }
-    let stop_deadline = Instant::now() + Duration::from_secs(60);
-    for c in &mut children {
+    let grace = Duration::from_secs(60) + opts.hold.map_or(Duration::ZERO, |h| h.1 * 4);
+    let stop_deadline = Instant::now() + grace;
+    for (id, c) in &mut children {
         loop {
             match c.try_wait()? {
                 Some(status) if status.success() => break,
                 Some(status) => {
-                    violations.push(format!("worker {} exited with {status}", c.id()));
+                    violations.push(format!("worker {id} exited with {status}"));
                     break;
                 }
                 None if Instant::now() > stop_deadline => {
                     let _ = c.kill();
                     let _ = c.wait();
-                    violations.push(format!("worker {} did not stop within 60 s", c.id()));
+                    violations.push(format!(
+                        "worker {id} did not stop within {} s",
+                        grace.as_secs()
+                    ));
                     break;
                 }
                 None => std::thread::sleep(Duration::from_millis(5)),
@@ -472,6 +761,26 @@ pub fn run(
         check.fifo_checks,
         check.last_token
     )?;
+    if opts.hold.is_some() || check.lost + check.timeouts + check.fifo_skipped > 0 {
+        writeln!(
+            out,
+            "write timeouts: {}  FIFO checks skipped (a timeout): {}  locks lost: {}",
+            check.timeouts, check.fifo_skipped, check.lost
+        )?;
+    }
+    if let Some(lease) = opts.lease {
+        let over = |v: &[Duration]| v.iter().filter(|&&d| d > lease).count();
+        let longest = |v: &[Duration]| v.iter().max().copied().unwrap_or_default();
+        writeln!(
+            out,
+            "longer than the lease: {} of {} write waits (longest {:.1} s), {} of {} read holds",
+            over(&check.write_waits),
+            check.write_waits.len(),
+            longest(&check.write_waits).as_secs_f64(),
+            over(&check.read_holds),
+            check.read_holds.len()
+        )?;
+    }
     for v in check.violations.iter().take(10) {
         writeln!(out, "VIOLATION: {v}")?;
     }
@@ -483,28 +792,56 @@ pub fn run(
     Ok(Report { check, elapsed })
 }
 
-const USAGE: &str = "usage: stress [--readers N] [--writers N] [--seconds S] [DIR]";
+const USAGE: &str = "usage: stress [--readers N] [--writers N] [--seconds S] \
+                     [--lease S] [--hold A..B] [--pidns N] [DIR]";
+
+/// Seconds, fractions allowed.
+fn secs(s: &str) -> Option<Duration> {
+    s.parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map(Duration::from_secs_f64)
+}
 
 fn parse(args: &[OsString]) -> Result<(Options, Option<tempfile::TempDir>), String> {
-    let mut opts = Options {
-        readers: 6,
-        writers: 3,
-        duration: Duration::from_secs(60),
-        dir: PathBuf::new(),
-    };
+    let mut opts = Options::new(6, 3, Duration::from_secs(60), PathBuf::new());
     let mut dir = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
-        let mut num = |name: &str| -> Result<u64, String> {
+        let mut value = |name: &str| -> Result<&str, String> {
             it.next()
                 .and_then(|v| v.to_str())
-                .and_then(|v| v.parse().ok())
-                .ok_or_else(|| format!("{name} needs a number\n{USAGE}"))
+                .ok_or_else(|| format!("{name} needs a value\n{USAGE}"))
         };
+        let bad = |name: &str| format!("bad value for {name}\n{USAGE}");
         match a.to_str() {
-            Some("--readers") => opts.readers = num("--readers")? as usize,
-            Some("--writers") => opts.writers = num("--writers")? as usize,
-            Some("--seconds") => opts.duration = Duration::from_secs(num("--seconds")?),
+            Some(n @ ("--readers" | "--writers" | "--seconds" | "--pidns")) => {
+                let v: u64 = value(n)?.parse().map_err(|_| bad(n))?;
+                match n {
+                    "--readers" => opts.readers = v as usize,
+                    "--writers" => opts.writers = v as usize,
+                    "--seconds" => opts.duration = Duration::from_secs(v),
+                    _ => opts.pidns = v as usize,
+                }
+            }
+            Some("--lease") => {
+                let lease = secs(value("--lease")?)
+                    .filter(|l| !l.is_zero())
+                    .ok_or_else(|| bad("--lease"))?;
+                opts.lease = Some(lease);
+            }
+            Some("--hold") => {
+                let v = value("--hold")?;
+                let (min, max) = v.split_once("..").ok_or_else(|| bad("--hold"))?;
+                let (min, max) = (
+                    secs(min).ok_or_else(|| bad("--hold"))?,
+                    secs(max).ok_or_else(|| bad("--hold"))?,
+                );
+                if max.is_zero() || min > max {
+                    return Err(bad("--hold"));
+                }
+                opts.hold = Some((min, max));
+            }
             Some("-h" | "--help") => return Err(USAGE.to_string()),
             Some(s) if s.starts_with('-') => return Err(format!("unknown option {s}\n{USAGE}")),
             _ if dir.is_none() => dir = Some(PathBuf::from(a)),
@@ -527,6 +864,45 @@ fn parse(args: &[OsString]) -> Result<(Options, Option<tempfile::TempDir>), Stri
     }
 }
 
+/// `--check LOG [READERS]`: replays a kept log and prints every violation.
+fn check_file(args: &[OsString]) -> ExitCode {
+    let (log, readers) = match args {
+        [log] => (log, 2),
+        [log, n] => match n.to_str().and_then(|n| n.parse().ok()) {
+            Some(n) => (log, n),
+            None => {
+                eprintln!("usage: stress --check LOG [READERS]");
+                return ExitCode::from(2);
+            }
+        },
+        _ => {
+            eprintln!("usage: stress --check LOG [READERS]");
+            return ExitCode::from(2);
+        }
+    };
+    let text = match fs::read_to_string(log) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("stress: {}: {e}", PathBuf::from(log).display());
+            return ExitCode::FAILURE;
+        }
+    };
+    let c = check(&text, readers);
+    println!(
+        "reads: {}  writes: {}  FIFO checks: {}  skipped: {}  write timeouts: {}  locks lost: {}",
+        c.reads, c.writes, c.fifo_checks, c.fifo_skipped, c.timeouts, c.lost
+    );
+    for v in &c.violations {
+        println!("VIOLATION: {v}");
+    }
+    println!("violations: {}", c.violations.len());
+    if c.violations.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
 fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
     if args.first().is_some_and(|a| a == "--worker") {
@@ -537,10 +913,13 @@ fn main() -> ExitCode {
         return match worker_main(&w) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("stress worker {}: {e}", std::process::id());
+                eprintln!("stress worker {}: {e}", w.id);
                 ExitCode::FAILURE
             }
         };
+    }
+    if args.first().is_some_and(|a| a == "--check") {
+        return check_file(&args[1..]);
     }
     let (opts, _tmp) = match parse(&args) {
         Ok(x) => x,

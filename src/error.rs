@@ -99,6 +99,14 @@ pub enum Error {
         /// The locked directory.
         dir: PathBuf,
     },
+    /// The highest fencing token is `u64::MAX`, which counting never reaches: someone
+    /// planted it, and no write grant can have a higher token. `cleanup_all` keeps the
+    /// highest token; remove this file by hand, when no process uses the lock, to go on.
+    #[error("no fencing token after `{}`: the highest possible token is taken", path.display())]
+    TokensExhausted {
+        /// The token file.
+        path: PathBuf,
+    },
     /// The lock file of a held (or just granted) lock is no longer ours: it was removed
     /// or replaced by someone else, or its filesystem went away.
     #[error("lock lost: `{}`: {reason}", path.display())]
@@ -121,7 +129,8 @@ impl Error {
     /// The [`io::ErrorKind`] that best describes this error.
     ///
     /// `WouldBlock` and `TimedOut` map to the kinds of the same name, `NotADirectory` to
-    /// [`io::ErrorKind::NotADirectory`], `LockLost` to [`io::ErrorKind::Other`], and
+    /// [`io::ErrorKind::NotADirectory`], `LockLost` to [`io::ErrorKind::Other`],
+    /// `TokensExhausted` to [`io::ErrorKind::InvalidData`], and
     /// filesystem errors (`PermissionDenied` too) keep the operating system's kind.
     ///
     /// # Examples
@@ -144,6 +153,7 @@ impl Error {
             Error::TimedOut { .. } => io::ErrorKind::TimedOut,
             Error::Cancelled { .. } => io::ErrorKind::Interrupted,
             Error::LockLost { .. } => io::ErrorKind::Other,
+            Error::TokensExhausted { .. } => io::ErrorKind::InvalidData,
         }
     }
 
@@ -163,7 +173,8 @@ impl Error {
             Error::Io { path, .. }
             | Error::PermissionDenied { path, .. }
             | Error::NotADirectory { path, .. }
-            | Error::LockLost { path, .. } => path,
+            | Error::LockLost { path, .. }
+            | Error::TokensExhausted { path } => path,
             Error::WouldBlock { dir, .. }
             | Error::TimedOut { dir, .. }
             | Error::Cancelled { dir } => dir,

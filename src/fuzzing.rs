@@ -1087,8 +1087,8 @@ impl Scanner {
 
     /// Errors allowed: `WouldBlock` from a `try_*`; `NotADirectory` when the state path
     /// is not a directory; `Io` naming a path inside the state directory, only for a
-    /// non-empty directory at a lock name other than a token's (it cannot be removed)
-    /// and, from `try_write`, a `.token-18446744073709551615` (no next token).
+    /// non-empty directory at a lock name other than a token's (it cannot be removed);
+    /// `TokensExhausted`, from `try_write`, for a `.token-18446744073709551615`.
     fn check_error(&self, e: &Error, op: Op, planted: &[Planted], what: &str) {
         let state_is_dir = fs::symlink_metadata(&self.state).is_ok_and(|m| m.is_dir());
         match e {
@@ -1103,6 +1103,15 @@ impl Scanner {
                 assert!(!state_is_dir, "{what}: {e}");
                 assert_eq!(path, &self.state, "{what}: {e}");
             }
+            Error::TokensExhausted { path } => {
+                assert!(matches!(op, Op::TryWrite { .. }), "{what}: {e}");
+                let here = planted.iter().find(|p| p.path == *path && p.present());
+                assert!(
+                    here.is_some_and(|p| p.lock == Some(LockName::Token(u64::MAX))),
+                    "{what}: no planted maximum token at {}",
+                    path.display()
+                );
+            }
             Error::Io { path, source, .. } => {
                 assert!(
                     path.starts_with(&self.state) && path != &self.state,
@@ -1115,11 +1124,6 @@ impl Scanner {
                     io::ErrorKind::DirectoryNotEmpty => here.is_some_and(|p| {
                         p.non_empty_dir && p.lock.is_some_and(|n| !matches!(n, LockName::Token(_)))
                     }),
-                    // `.token-18446744073709551615` has no next token.
-                    io::ErrorKind::InvalidData => {
-                        matches!(op, Op::TryWrite { .. })
-                            && here.is_some_and(|p| p.lock == Some(LockName::Token(u64::MAX)))
-                    }
                     _ => false,
                 };
                 assert!(expected, "{what}: unexpected I/O error: {e:?}");

@@ -17,6 +17,7 @@ use crate::fsops::StateDir;
 use crate::holder::Kind;
 use crate::names::LockName;
 use crate::protocol::{self, Own};
+use crate::sys::FileId;
 
 /// A lock file this process holds.
 #[derive(Debug)]
@@ -29,7 +30,7 @@ pub(crate) struct Held {
     /// before the unlink (NFS would otherwise leave a `.nfsXXXX` file behind).
     fd: Mutex<Option<OwnedFd>>,
     /// `(st_dev, st_ino)` of our file, if known without asking (made from a spare).
-    id: Option<(u64, u64)>,
+    id: Option<FileId>,
     /// Descriptors closed at the release, after the removal ([`Own::spent`]).
     spent: Mutex<Vec<OwnedFd>>,
     /// The process that created the file; a forked child never releases it.

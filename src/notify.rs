@@ -26,21 +26,57 @@ use nix::sys::stat::fstat;
 use nix::sys::time::TimeSpec;
 use parking_lot::Mutex;
 
-type Key = (u64, u64);
+use crate::sys::FileId;
+
+type Key = FileId;
 
 /// Watchers by state directory `(dev, ino)`.
 static WATCHERS: Mutex<Option<HashMap<Key, Arc<Watcher>>>> = Mutex::new(None);
 static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
 /// What a wake-up reports: which kinds of lock file were removed since the subscriber
-/// last looked ([`Subscription::forget`]). A bit set; 0 when the pause just ran out.
-pub(crate) type Removed = u8;
-/// `.master_lock` was removed.
-pub(crate) const MASTER: Removed = 1;
-/// Another lock file that can end a wait (a pending writer's, a reader's, a breaker's)
-/// was removed, or anything may have happened (queue overflow, the directory gone, a
-/// read error).
-pub(crate) const OTHER: Removed = 2;
+/// last looked ([`Subscription::forget`]); [`Removed::NOTHING`] when the pause just ran
+/// out. A set of two flags, kept in an `AtomicU8` between threads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Removed(u8);
+
+impl Removed {
+    /// Nothing that can end a wait.
+    pub(crate) const NOTHING: Removed = Removed(0);
+    /// `.master_lock` was removed.
+    pub(crate) const MASTER: Removed = Removed(1);
+    /// Another lock file that can end a wait (a pending writer's, a reader's, a
+    /// breaker's) was removed, or anything may have happened (queue overflow, the
+    /// directory gone, a read error).
+    pub(crate) const OTHER: Removed = Removed(2);
+
+    pub(crate) fn is_nothing(self) -> bool {
+        self == Removed::NOTHING
+    }
+
+    /// Whether the removal of `.master_lock` is among them.
+    pub(crate) fn has_master(self) -> bool {
+        self.0 & Removed::MASTER.0 != 0
+    }
+
+    /// Takes what `cell` holds, leaving nothing.
+    fn take(cell: &AtomicU8) -> Removed {
+        Removed(cell.swap(0, Ordering::SeqCst))
+    }
+
+    /// Adds `self` to what `cell` holds.
+    fn add_to(self, cell: &AtomicU8) {
+        cell.fetch_or(self.0, Ordering::SeqCst);
+    }
+}
+
+impl std::ops::BitOr for Removed {
+    type Output = Removed;
+
+    fn bitor(self, other: Removed) -> Removed {
+        Removed(self.0 | other.0)
+    }
+}
 
 /// A subscriber as the watcher sees it.
 #[derive(Debug)]
@@ -50,7 +86,7 @@ struct Member {
     /// over the lead.
     tx: Sender<()>,
     /// Something that can end a wait happened since the subscriber last looked: the
-    /// [`Removed`] bits, 0 for nothing.
+    /// [`Removed`] bits, 0 for nothing ([`Removed::NOTHING`]).
     changed: Arc<AtomicU8>,
     /// The subscriber is (about to be) blocked as a follower.
     following: Arc<AtomicBool>,
@@ -73,7 +109,7 @@ impl Watcher {
     /// Tells every member but `except` that `removed` happened.
     fn broadcast(&self, removed: Removed, except: Option<u64>) {
         for m in self.members.lock().iter().filter(|m| Some(m.id) != except) {
-            m.changed.fetch_or(removed, Ordering::SeqCst);
+            removed.add_to(&m.changed);
             // A full channel already holds a wake-up: coalesce.
             let _ = m.tx.try_send(());
         }
@@ -110,7 +146,7 @@ impl Watcher {
             .is_ok()
         {
             let removed = self.drain();
-            if removed != 0 {
+            if !removed.is_nothing() {
                 self.broadcast(removed, None);
             }
             self.resign(None);
@@ -120,7 +156,7 @@ impl Watcher {
 
     /// Reads what is queued (one `read`: what does not fit stays queued, and the
     /// descriptor stays readable for the next look). Returns what was removed, as far as
-    /// waits are concerned: 0 when no wait can have ended.
+    /// waits are concerned: [`Removed::NOTHING`] when no wait can have ended.
     fn drain(&self) -> Removed {
         loop {
             match self.inotify.read_events() {
@@ -132,15 +168,15 @@ impl Watcher {
                     if gone {
                         // The directory went away: fall back to polling.
                         self.dead.store(true, Ordering::SeqCst);
-                        return OTHER;
+                        return Removed::OTHER;
                     }
-                    return events.iter().fold(0, |r, e| r | removed(e));
+                    return events.iter().fold(Removed::NOTHING, |r, e| r | removed(e));
                 }
                 Err(Errno::EINTR) => {}
-                Err(Errno::EAGAIN) => return 0,
+                Err(Errno::EAGAIN) => return Removed::NOTHING,
                 Err(_) => {
                     self.dead.store(true, Ordering::SeqCst);
-                    return OTHER;
+                    return Removed::OTHER;
                 }
             }
         }
@@ -159,13 +195,13 @@ pub(crate) struct Subscription {
 
 impl Subscription {
     /// Waits for a change or for `pause`, whichever comes first. Returns what was
-    /// removed since the last `wait` or [`Subscription::forget`] (0: the pause ran out,
-    /// or nothing is known).
+    /// removed since the last `wait` or [`Subscription::forget`]
+    /// ([`Removed::NOTHING`]: the pause ran out, or nothing is known).
     pub(crate) fn wait(&self, pause: Duration) -> Removed {
         if self.watcher.dead.load(Ordering::SeqCst) {
             // Polling is the floor.
             std::thread::sleep(pause);
-            return 0;
+            return Removed::NOTHING;
         }
         // A pause too long to represent waits for a change only.
         self.follow_or_lead(Instant::now().checked_add(pause))
@@ -180,12 +216,12 @@ impl Subscription {
     fn follow_or_lead(&self, until: Option<Instant>) -> Removed {
         let w = &self.watcher;
         loop {
-            let removed = self.changed.swap(0, Ordering::SeqCst);
-            if removed != 0 {
+            let removed = Removed::take(&self.changed);
+            if !removed.is_nothing() {
                 return removed;
             }
             if w.dead.load(Ordering::SeqCst) {
-                return OTHER;
+                return Removed::OTHER;
             }
             // Announce ourselves as a follower before trying to lead, so that a leader
             // resigning meanwhile sees us and hands the lead over (both sides SeqCst).
@@ -198,7 +234,7 @@ impl Subscription {
                 let ended = self.lead(until);
                 w.resign(Some(self.id));
                 if let Some(removed) = ended {
-                    return removed | self.changed.swap(0, Ordering::SeqCst);
+                    return removed | Removed::take(&self.changed);
                 }
                 continue;
             }
@@ -209,7 +245,7 @@ impl Subscription {
             self.following.store(false, Ordering::SeqCst);
             if !got {
                 // The pause is over (a change that came meanwhile is reported too).
-                return self.changed.swap(0, Ordering::SeqCst);
+                return Removed::take(&self.changed);
             }
             // A change (checked at the top of the loop) or the lead handed over.
         }
@@ -222,15 +258,15 @@ impl Subscription {
         let w = &self.watcher;
         loop {
             // A change another leader saw before we took over.
-            let removed = self.changed.swap(0, Ordering::SeqCst);
-            if removed != 0 {
+            let removed = Removed::take(&self.changed);
+            if !removed.is_nothing() {
                 return Some(removed);
             }
             let timeout = match until {
                 Some(t) => {
                     let left = t.saturating_duration_since(Instant::now());
                     if left.is_zero() {
-                        return Some(0);
+                        return Some(Removed::NOTHING);
                     }
                     Some(TimeSpec::from_duration(left))
                 }
@@ -238,10 +274,10 @@ impl Subscription {
             };
             let mut fds = [PollFd::new(w.inotify.as_fd(), PollFlags::POLLIN)];
             match ppoll(&mut fds, timeout, None) {
-                Ok(0) => return Some(0),
+                Ok(0) => return Some(Removed::NOTHING),
                 Ok(_) => {
                     let removed = w.drain();
-                    if removed != 0 {
+                    if !removed.is_nothing() {
                         w.broadcast(removed, Some(self.id));
                         return Some(removed);
                     }
@@ -250,8 +286,8 @@ impl Subscription {
                 Err(Errno::EINTR) => {}
                 Err(_) => {
                     w.dead.store(true, Ordering::SeqCst);
-                    w.broadcast(OTHER, Some(self.id));
-                    return Some(OTHER);
+                    w.broadcast(Removed::OTHER, Some(self.id));
+                    return Some(Removed::OTHER);
                 }
             }
         }
@@ -268,8 +304,7 @@ impl Drop for Subscription {
 /// available (then waiting is plain polling).
 pub(crate) fn subscribe(dir: impl AsFd) -> Option<Subscription> {
     let st = fstat(&dir).ok()?;
-    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
-    let key: Key = (st.st_dev as u64, st.st_ino as u64);
+    let key: Key = FileId::of(&st);
     let pid = std::process::id();
     let watcher = {
         let mut map = WATCHERS.lock();
@@ -335,16 +370,16 @@ fn start(dir: &impl AsFd, pid: u32) -> Option<Arc<Watcher>> {
 fn removed(e: &nix::sys::inotify::InotifyEvent) -> Removed {
     use crate::names::LockName;
     if e.mask.contains(AddWatchFlags::IN_Q_OVERFLOW) {
-        return OTHER;
+        return Removed::OTHER;
     }
     let Some(name) = e.name.as_ref() else {
-        return OTHER;
+        return Removed::OTHER;
     };
     use std::os::unix::ffi::OsStrExt as _;
     match LockName::parse(name.as_bytes()) {
-        Some(LockName::Master) => MASTER,
-        Some(LockName::Tmp { .. } | LockName::Token(_)) | None => 0,
-        Some(_) => OTHER,
+        Some(LockName::Master) => Removed::MASTER,
+        Some(LockName::Tmp { .. } | LockName::Token(_)) | None => Removed::NOTHING,
+        Some(_) => Removed::OTHER,
     }
 }
 
@@ -464,20 +499,20 @@ mod tests {
         let sub = subscribe(&fd).expect("inotify available");
         let long = Duration::from_secs(30);
         std::fs::remove_file(dir.path().join(".master_lock")).expect("remove");
-        assert_eq!(sub.wait(long), MASTER);
+        assert_eq!(sub.wait(long), Removed::MASTER);
         // A token's removal ends no wait: only the pause's end does, and says nothing.
         std::fs::remove_file(dir.path().join(".token-3")).expect("remove");
-        assert_eq!(sub.wait(Duration::from_millis(50)), 0);
+        assert_eq!(sub.wait(Duration::from_millis(50)), Removed::NOTHING);
         std::fs::remove_file(dir.path().join(slave)).expect("remove");
         std::fs::write(dir.path().join(".master_lock"), b"x").expect("write");
         std::fs::remove_file(dir.path().join(".master_lock")).expect("remove");
-        assert_eq!(sub.wait(long), MASTER | OTHER);
+        assert_eq!(sub.wait(long), Removed::MASTER | Removed::OTHER);
         // Removed, then forgotten (a listing followed): nothing to report.
         std::fs::write(dir.path().join(".master_lock"), b"x").expect("write");
         std::fs::remove_file(dir.path().join(".master_lock")).expect("remove");
-        assert_eq!(sub.wait(long), MASTER);
+        assert_eq!(sub.wait(long), Removed::MASTER);
         sub.forget();
-        assert_eq!(sub.wait(Duration::from_millis(50)), 0);
+        assert_eq!(sub.wait(Duration::from_millis(50)), Removed::NOTHING);
     }
 
     /// Only the leader reads: a subscriber's check must not take the event a leader's
@@ -493,6 +528,6 @@ mod tests {
         // The removal is still queued for the leader.
         let queued = w.drain();
         w.resign(None); // (tests share the watcher map: leave no lead behind)
-        assert_eq!(queued, MASTER, "the check read the leader's event");
+        assert_eq!(queued, Removed::MASTER, "the check read the leader's event");
     }
 }

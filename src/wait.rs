@@ -66,7 +66,7 @@ impl Backoff {
     /// Sleeps for the next step, cut to the deadline and to `until` (the next renewal of
     /// the waiter's own files). Returns `None` (without sleeping) when the deadline has
     /// passed or the call may not sleep at all, else what the subscription saw removed
-    /// (0 without one, or when the pause just ran out).
+    /// ([`Removed::NOTHING`] without one, or when the pause just ran out).
     ///
     /// With a subscription, a change in the state directory ends the pause early.
     pub(crate) fn sleep(
@@ -94,7 +94,7 @@ impl Backoff {
             Some(sub) => sub.wait(pause),
             None => {
                 std::thread::sleep(pause);
-                0
+                Removed::NOTHING
             }
         })
     }

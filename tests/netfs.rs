@@ -10,8 +10,15 @@
 //! passes. The processes on the "hosts" are this test binary again, re-executed with
 //! `RWDIR_NETFS_WORKER=<role>`: they run `netfs_worker`, which does one role and exits.
 //! Every worker writes its events to a log file on the LOCAL disk (never on the shared
-//! mount); the tests read those logs and decide. Readiness is a line in such a log,
-//! waited for by polling; no sleep decides a verdict.
+//! mount); the tests read those logs and decide. Readiness is a line in such a log (or
+//! the lock's state read through the export), waited for by polling; no sleep decides a
+//! verdict.
+//!
+//! The last section (issue #18, PROTOCOL.md §11) holds and waits for longer than the lease
+//! ([`WAIT_LEASE`], 8 s): the three traces across hosts (a writer waiting in W5 past the
+//! lease, a grant after such a wait, a timeout in W5 after the lease), FIFO across hosts
+//! past the lease, and a long-hold stress on two hosts (`RWDIR_NETFS_LONG_SECS`, default
+//! 120 s, with default caching and with `cache=no` side by side).
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
@@ -353,6 +360,8 @@ mod worker {
                 }
             }
             "take" => take(&mut log),
+            "once" => once(&mut log, &host),
+            "long" => long(&mut log, &host),
             "probe" => {
                 let dir = env("RWDIR_NETFS_LOCKDIR");
                 match DirLock::new(&dir).and_then(|l| l.try_write()) {
@@ -560,6 +569,285 @@ mod worker {
         log.line(&format!("done {}", now_ns()));
         0
     }
+
+    /// `<pidns inode>:<pid>`: who a record names, unique across pid namespaces (pids are
+    /// not: every worker is pid 2 or so in its host's namespace).
+    fn ident(pidns: u64, pid: u32) -> String {
+        format!("{pidns}:{pid}")
+    }
+
+    /// Our own identity as our lock files' records give it.
+    fn own_ident() -> String {
+        let pidns = fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino());
+        ident(pidns, std::process::id())
+    }
+
+    /// Inside: a writer creates `markers/writer` exclusively and looks for reader markers,
+    /// a reader creates its own marker and looks for the writer's (store, then load, on
+    /// the local disk); any overlap is logged as `VIOLATION`. Returns the marker to
+    /// remove on the way out.
+    fn enter_markers(log: &mut Log, write: bool, tag: &str, host: &str) -> Option<PathBuf> {
+        let markers = PathBuf::from(env("RWDIR_NETFS_MARKERS"));
+        if env("RWDIR_NETFS_MARKERS").is_empty() {
+            return None;
+        }
+        let t = now_ns();
+        if write {
+            let wm = markers.join("writer");
+            let mine = match OpenOptions::new().write(true).create_new(true).open(&wm) {
+                Ok(_) => Some(wm),
+                Err(e) => {
+                    log.line(&format!("VIOLATION {t} writer-writer {tag} {host} {e}"));
+                    None
+                }
+            };
+            let readers: Vec<String> = fs::read_dir(&markers)
+                .map(|d| {
+                    d.flatten()
+                        .map(|e| e.file_name().to_string_lossy().into_owned())
+                        .filter(|n| n.starts_with("r-"))
+                        .collect()
+                })
+                .unwrap_or_default();
+            if !readers.is_empty() {
+                log.line(&format!(
+                    "VIOLATION {t} writer-reader {tag} {host} {readers:?}"
+                ));
+            }
+            mine
+        } else {
+            let rm = markers.join(format!("r-{tag}-{}", uuid::Uuid::new_v4()));
+            let _ = File::create(&rm);
+            if markers.join("writer").exists() {
+                log.line(&format!("VIOLATION {t} reader-writer {tag} {host}"));
+            }
+            Some(rm)
+        }
+    }
+
+    /// One acquisition (`RWDIR_NETFS_MODE=read|write`), held for `RWDIR_NETFS_HOLD_MS`,
+    /// then released. With `RWDIR_NETFS_GO=<file>` it logs `ready` and waits for that
+    /// file first. Logs `waiting <ns>` just before the call, then `granted <token> <ns>`,
+    /// `out <ns>` just before the release and `released <ns> ok|<error>`; or `timedout
+    /// <ns>` (after `RWDIR_NETFS_TIMEOUT_MS`, exit 0: a clean undo), `error <ns> <error>`
+    /// (exit 2). A lock found lost while held is logged as `lost` (exit 3).
+    fn once(log: &mut Log, host: &str) -> i32 {
+        let l = lock();
+        let write = env("RWDIR_NETFS_MODE") == "write";
+        let tag = env("RWDIR_NETFS_NAME");
+        let go = env("RWDIR_NETFS_GO");
+        if !go.is_empty() {
+            log.line(&format!("ready {}", now_ns()));
+            let t = Instant::now();
+            while !Path::new(&go).exists() {
+                if t.elapsed() > Duration::from_secs(300) {
+                    log.line(&format!("error {} no go", now_ns()));
+                    return 2;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        let timeout = Duration::from_millis(env_u64("RWDIR_NETFS_TIMEOUT_MS", 300_000));
+        let hold = Duration::from_millis(env_u64("RWDIR_NETFS_HOLD_MS", 0));
+        log.line(&format!("waiting {}", now_ns()));
+        let g = if write {
+            l.try_write_for(timeout).map(Guard::W)
+        } else {
+            l.try_read_for(timeout).map(Guard::R)
+        };
+        let g = match g {
+            Ok(g) => g,
+            Err(e) => return acquire_failed(log, &e),
+        };
+        let token = match &g {
+            Guard::W(w) => w.token(),
+            Guard::R(_) => 0,
+        };
+        log.line(&format!("granted {token} {}", now_ns()));
+        let marker = enter_markers(log, write, &tag, host);
+        std::thread::sleep(hold);
+        let mut code = 0;
+        if let Err(e) = g.check() {
+            log.line(&format!("lost {} check {}", now_ns(), chain(&e)));
+            code = 3;
+        }
+        if let Some(m) = marker {
+            let _ = fs::remove_file(m);
+        }
+        log.line(&format!("out {}", now_ns()));
+        let r = g.release();
+        if let Err(e) = &r {
+            code = 3;
+            log.line(&format!("lost {} release {}", now_ns(), chain(e)));
+        }
+        log.line(&format!(
+            "released {} {}",
+            now_ns(),
+            r.err()
+                .map_or("ok".to_string(), |e| e.to_string().replace(' ', "_"))
+        ));
+        code
+    }
+
+    /// xorshift64.
+    struct Rng(u64);
+
+    impl Rng {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % n.max(1)
+        }
+
+        /// Uniform in `[lo, hi)`, in whole milliseconds.
+        fn between(&mut self, lo: Duration, hi: Duration) -> Duration {
+            let span = u64::try_from(hi.saturating_sub(lo).as_millis()).unwrap_or(u64::MAX);
+            lo + Duration::from_millis(self.below(span))
+        }
+    }
+
+    /// A read or a write guard.
+    enum Guard {
+        R(rwdir::ReadGuard),
+        W(WriteGuard),
+    }
+
+    impl Guard {
+        fn check(&self) -> rwdir::Result<()> {
+            match self {
+                Guard::R(g) => g.check(),
+                Guard::W(g) => g.check(),
+            }
+        }
+
+        fn release(self) -> rwdir::Result<()> {
+            match self {
+                Guard::R(g) => g.release(),
+                Guard::W(g) => g.release(),
+            }
+        }
+    }
+
+    fn acquire_failed(log: &mut Log, e: &rwdir::Error) -> i32 {
+        if matches!(e, rwdir::Error::TimedOut { .. }) {
+            log.line(&format!("timedout {}", now_ns()));
+            0
+        } else {
+            log.line(&format!("error {} {}", now_ns(), chain(e)));
+            2
+        }
+    }
+
+    /// The long-hold stress (issue #18): a reader (`RWDIR_NETFS_MODE=read`) or a writer
+    /// in a loop until the deadline, holding and waiting for longer than the lease.
+    /// Readers hold between `RWDIR_NETFS_HOLD_MIN_MS` and `..._MAX_MS`; writers think up to
+    /// the maximum between attempts, hold up to 0.5 s (one grant in 8: a reader's hold),
+    /// and one attempt in 4 gives up after one to two leases.
+    ///
+    /// Logs `id <pidns:pid>` first; then, for a writer, `S <ns>` and `Q <ns> <ident>...`
+    /// (the queued writers `status()` showed, before calling `write`), and `T <ns>` for
+    /// an attempt that timed out; each grant as `R|W <in_ns> <out_ns> <token> <host>
+    /// <asked_ns>`; `LOST` for a lock found lost, `VIOLATION` for an overlap of markers.
+    fn long(log: &mut Log, host: &str) -> i32 {
+        let l = lock();
+        let lease = l.lease();
+        let write = env("RWDIR_NETFS_MODE") == "write";
+        let secs = env_u64("RWDIR_NETFS_SECS", 120);
+        let min = Duration::from_millis(env_u64("RWDIR_NETFS_HOLD_MIN_MS", 0));
+        let max = Duration::from_millis(env_u64("RWDIR_NETFS_HOLD_MAX_MS", 0)).max(min);
+        let me = env("RWDIR_NETFS_NAME");
+        let end = Instant::now() + Duration::from_secs(secs);
+        let mut rng = Rng(uuid::Uuid::new_v4().as_u64_pair().0 | 1);
+        let forever = Duration::from_secs(secs + 300);
+        log.line(&format!("id {}", own_ident()));
+        while Instant::now() < end {
+            let asked;
+            let g = if write {
+                std::thread::sleep(rng.between(Duration::ZERO, max));
+                if Instant::now() >= end {
+                    break;
+                }
+                log.line(&format!("S {}", now_ns()));
+                let ahead: Vec<String> = match l.status() {
+                    Ok(st) => st
+                        .pending
+                        .iter()
+                        .filter_map(|e| e.holder.as_ref().map(|h| ident(h.pidns, h.pid)))
+                        .collect(),
+                    Err(e) => {
+                        log.line(&format!("error {} status {}", now_ns(), chain(&e)));
+                        return 2;
+                    }
+                };
+                log.line(format!("Q {} {}", now_ns(), ahead.join(" ")).trim_end());
+                let timeout = if rng.below(4) == 0 {
+                    rng.between(lease, lease * 2)
+                } else {
+                    forever
+                };
+                asked = now_ns();
+                match l.try_write_for(timeout) {
+                    Ok(g) => Guard::W(g),
+                    Err(rwdir::Error::TimedOut { .. }) => {
+                        log.line(&format!("T {}", now_ns()));
+                        continue;
+                    }
+                    Err(e) => {
+                        log.line(&format!(
+                            "LOST {} write {me} {host} {}",
+                            now_ns(),
+                            chain(&e)
+                        ));
+                        continue;
+                    }
+                }
+            } else {
+                std::thread::sleep(Duration::from_millis(rng.below(15)));
+                asked = now_ns();
+                match l.try_read_for(forever) {
+                    Ok(g) => Guard::R(g),
+                    Err(e) => {
+                        log.line(&format!("error {} read {}", now_ns(), chain(&e)));
+                        return 2;
+                    }
+                }
+            };
+            let t_in = now_ns();
+            let marker = enter_markers(log, write, &me, host);
+            let hold = if !write || rng.below(8) == 0 {
+                rng.between(min, max)
+            } else {
+                rng.between(Duration::ZERO, Duration::from_millis(500))
+            };
+            std::thread::sleep(hold);
+            if let Err(e) = g.check() {
+                log.line(&format!(
+                    "LOST {} check {me} {host} {}",
+                    now_ns(),
+                    chain(&e)
+                ));
+            }
+            if let Some(m) = marker {
+                let _ = fs::remove_file(m);
+            }
+            let t_out = now_ns();
+            let (kind, token) = match &g {
+                Guard::W(w) => ("W", w.token()),
+                Guard::R(_) => ("R", 0),
+            };
+            log.line(&format!("{kind} {t_in} {t_out} {token} {host} {asked}"));
+            if let Err(e) = g.release() {
+                log.line(&format!(
+                    "LOST {} release {me} {host} {}",
+                    now_ns(),
+                    chain(&e)
+                ));
+            }
+        }
+        log.line(&format!("done {}", now_ns()));
+        0
+    }
 }
 
 // ------------------------------------------------------------------------- stress
@@ -570,6 +858,36 @@ struct Grant {
     t_out: u128,
     token: u64,
     who: String,
+}
+
+/// Among `grants` (sorted by `t_in`): overlaps (a writer's interval must not intersect
+/// anyone else's), and fencing-token errors (tokens must strictly grow in grant order).
+fn overlaps_and_tokens(grants: &[Grant]) -> (Vec<String>, Vec<String>) {
+    let mut overlaps = Vec::new();
+    for (i, g) in grants.iter().enumerate() {
+        for h in grants[i + 1..].iter().take_while(|h| h.t_in < g.t_out) {
+            if g.write || h.write {
+                overlaps.push(format!(
+                    "{} {} [{:.6}, {:.6}] overlaps {} {} [{:.6}, {:.6}]",
+                    if g.write { "W" } else { "R" },
+                    g.who,
+                    secs(g.t_in),
+                    secs(g.t_out),
+                    if h.write { "W" } else { "R" },
+                    h.who,
+                    secs(h.t_in),
+                    secs(h.t_out)
+                ));
+            }
+        }
+    }
+    let writes: Vec<&Grant> = grants.iter().filter(|g| g.write).collect();
+    let token_errors = writes
+        .windows(2)
+        .filter(|w| w[1].token <= w[0].token)
+        .map(|w| format!("token {} after {}", w[1].token, w[0].token))
+        .collect();
+    (overlaps, token_errors)
 }
 
 /// Readers and writers on hosts A and B for `RWDIR_NETFS_STRESS_SECS` (default 60) s.
@@ -634,32 +952,8 @@ fn stress(rig: &Rig, name: &str, a: &Path, b: &Path) {
         }
     }
     grants.sort_by_key(|g| g.t_in);
-    // Overlaps: a writer's interval must not intersect anyone else's.
-    let mut overlaps = Vec::new();
-    for (i, g) in grants.iter().enumerate() {
-        for h in grants[i + 1..].iter().take_while(|h| h.t_in < g.t_out) {
-            if g.write || h.write {
-                overlaps.push(format!(
-                    "{} {} [{:.6}, {:.6}] overlaps {} {} [{:.6}, {:.6}]",
-                    if g.write { "W" } else { "R" },
-                    g.who,
-                    secs(g.t_in),
-                    secs(g.t_out),
-                    if h.write { "W" } else { "R" },
-                    h.who,
-                    secs(h.t_in),
-                    secs(h.t_out)
-                ));
-            }
-        }
-    }
-    // Fencing tokens: strictly growing in grant order.
+    let (overlaps, token_errors) = overlaps_and_tokens(&grants);
     let writes: Vec<&Grant> = grants.iter().filter(|g| g.write).collect();
-    let token_errors: Vec<String> = writes
-        .windows(2)
-        .filter(|w| w[1].token <= w[0].token)
-        .map(|w| format!("token {} after {}", w[1].token, w[0].token))
-        .collect();
     let reads = grants.len() - writes.len();
     let per_host: BTreeMap<String, usize> = grants.iter().fold(BTreeMap::new(), |mut m, g| {
         *m.entry(g.who.split('-').next().unwrap_or("").to_string())
@@ -1118,4 +1412,682 @@ fn frozen_cli_holder_gets_its_command_stopped() {
     taker.release();
     let rel = taker.wait_for(&["released"], Duration::from_secs(30));
     assert_eq!(rel[2], "ok", "the taker's release: {rel:?}");
+}
+
+// ------------------------------------------------- waits longer than the lease (#18)
+
+/// The lease of the tests whose holds and waits outlast it (issue #18). Short, so that a
+/// wait of three leases fits in a test, and still well above how old a renewing owner's
+/// file can look from another host: renewed every lease/3 = 2.7 s, seen through `open` +
+/// `fstat` about 1.5 s late, with whole-second mtimes, against lease + 1 s = 9 s.
+const WAIT_LEASE: Duration = Duration::from_secs(8);
+
+/// The lock's state as the server holds it (read through the export, judged by lease).
+fn state(rig: &Rig, name: &str) -> rwdir::Status {
+    DirLock::builder(rig.export.join(name))
+        .lease(WAIT_LEASE)
+        .build()
+        .expect("lock on the export")
+        .status()
+        .expect("status")
+}
+
+fn host_of(e: &rwdir::Entry) -> &str {
+    e.holder.as_ref().map_or("?", |h| h.host.as_str())
+}
+
+/// The state in one line, for messages.
+fn show(st: &rwdir::Status) -> String {
+    let hosts = |v: &[rwdir::Entry]| v.iter().map(host_of).collect::<Vec<_>>().join(",");
+    format!(
+        "writer {:?}, pending [{}], readers [{}], token {:?}",
+        st.writer.as_ref().map(host_of),
+        hosts(&st.pending),
+        hosts(&st.readers),
+        st.token
+    )
+}
+
+/// Polls the state until `ok` holds; panics after `limit` with what was awaited.
+fn wait_state(
+    rig: &Rig,
+    name: &str,
+    what: &str,
+    limit: Duration,
+    ok: impl Fn(&rwdir::Status) -> bool,
+) -> rwdir::Status {
+    let t = Instant::now();
+    loop {
+        let st = state(rig, name);
+        if ok(&st) {
+            return st;
+        }
+        assert!(
+            t.elapsed() < limit,
+            "{what}: not within {limit:?}; state: {}",
+            show(&st)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// One trace test: its directory (`name` in the export) and its local log directory.
+struct Trace<'a> {
+    rig: &'a Rig,
+    name: &'a str,
+    out: PathBuf,
+}
+
+impl<'a> Trace<'a> {
+    fn new(rig: &'a Rig, name: &'a str) -> Trace<'a> {
+        let out = fresh(rig, name);
+        fs::create_dir_all(out.join("markers")).expect("markers dir");
+        Trace { rig, name, out }
+    }
+
+    /// A `once` worker: one read or write (`mode`) of `hold` on `host` through `mount`.
+    fn once(
+        &self,
+        who: &str,
+        (host, mount): (&str, &Path),
+        mode: &str,
+        hold: Duration,
+        mut env: Vec<(&'static str, String)>,
+    ) -> Worker {
+        env.push(("RWDIR_NETFS_MODE", mode.to_string()));
+        env.push(("RWDIR_NETFS_HOLD_MS", hold.as_millis().to_string()));
+        env.push((
+            "RWDIR_NETFS_MARKERS",
+            self.out.join("markers").display().to_string(),
+        ));
+        spawn(
+            self.rig,
+            Spec {
+                host,
+                net: None,
+                role: "once",
+                name: who,
+                dir: &mount.join(self.name),
+                out: &self.out,
+                lease: WAIT_LEASE,
+                env,
+            },
+        )
+    }
+
+    fn wait_state(
+        &self,
+        what: &str,
+        limit: Duration,
+        ok: impl Fn(&rwdir::Status) -> bool,
+    ) -> rwdir::Status {
+        wait_state(self.rig, self.name, what, limit, ok)
+    }
+}
+
+/// What a `once` worker did, from its log.
+#[derive(Debug, Default)]
+struct Once {
+    waiting: u128,
+    granted: Option<(u64, u128)>,
+    out: u128,
+    released: Option<String>,
+    timedout: bool,
+    /// `lost`, `error` and `VIOLATION` lines.
+    problems: Vec<String>,
+}
+
+impl Once {
+    fn of(w: &Worker) -> Once {
+        let mut o = Once::default();
+        for l in w.lines() {
+            let f: Vec<String> = l.split(' ').map(str::to_string).collect();
+            match f[0].as_str() {
+                "waiting" => o.waiting = field(&f, 1),
+                "granted" => o.granted = Some((field(&f, 1), field(&f, 2))),
+                "out" => o.out = field(&f, 1),
+                "released" => o.released = f.get(2).cloned(),
+                "timedout" => o.timedout = true,
+                "lost" | "error" | "VIOLATION" => o.problems.push(format!("{}: {l}", w.tag)),
+                _ => {}
+            }
+        }
+        o
+    }
+
+    /// When it entered (panics if it never did).
+    fn t_in(&self, who: &str) -> u128 {
+        self.granted
+            .unwrap_or_else(|| panic!("{who} was never granted: {self:?}"))
+            .1
+    }
+
+    fn token(&self) -> u64 {
+        self.granted.map_or(0, |g| g.0)
+    }
+}
+
+/// `later - earlier` in seconds, negative if `later` was not later.
+fn gap(later: u128, earlier: u128) -> f64 {
+    (later as f64 - earlier as f64) / 1e9
+}
+
+fn is_host(e: Option<&rwdir::Entry>, host: &str) -> bool {
+    e.is_some_and(|e| host_of(e) == host)
+}
+
+/// Asserts that none of `runs` logged a problem and that every worker exited with 0.
+fn clean(runs: &[(&str, &Once, Option<i32>)]) {
+    for (who, o, code) in runs {
+        assert!(o.problems.is_empty(), "{who}: {:#?}", o.problems);
+        assert_eq!(*code, Some(0), "{who} exited with {code:?}: {o:?}");
+    }
+}
+
+/// Trace 1 of PROTOCOL.md §11: writer X (host A) holds `.master_lock` and waits in W5 for
+/// a reader (host B) that holds for three leases, while writer Y (host B) queues. Y must
+/// not break X's file (X renews it while it waits): one writer at a time, X first, both
+/// exit cleanly.
+#[test]
+fn writer_waiting_for_readers_past_the_lease_keeps_the_other_host_out() {
+    let Some(rig) = rig("writer_waiting_for_readers_past_the_lease_keeps_the_other_host_out")
+    else {
+        return;
+    };
+    let (a, b) = (("hosta", rig.a.as_path()), ("hostb", rig.b.as_path()));
+    let t = Trace::new(&rig, "trace-w5");
+    let lease = WAIT_LEASE;
+    let mut reader = t.once("reader", b, "read", lease * 3, vec![]);
+    reader.wait_for(&["granted", "error"], Duration::from_secs(60));
+    let mut x = t.once("x", a, "write", Duration::from_secs(2), vec![]);
+    t.wait_state(
+        "X holds .master_lock, waiting in W5",
+        Duration::from_secs(60),
+        |st| is_host(st.writer.as_ref(), "hosta") && !st.readers.is_empty(),
+    );
+    let mut y = t.once("y", b, "write", Duration::from_secs(2), vec![]);
+    t.wait_state("Y queued", Duration::from_secs(60), |st| {
+        st.pending.iter().any(|e| host_of(e) == "hostb")
+    });
+    let limit = lease * 3 + Duration::from_secs(60);
+    let codes = [
+        reader.wait_exit(limit),
+        x.wait_exit(limit),
+        y.wait_exit(limit),
+    ];
+    let (r, xo, yo) = (Once::of(&reader), Once::of(&x), Once::of(&y));
+    let (x_in, y_in) = (xo.t_in("X"), yo.t_in("Y"));
+    eprintln!(
+        "netfs trace W5: X waited {:.1} s in W5 (lease {} s), entered {:.2} s after the reader \
+         left; Y waited {:.1} s, entered {:.2} s after X left; tokens {} -> {}",
+        secs(x_in - xo.waiting),
+        lease.as_secs(),
+        gap(x_in, r.out),
+        secs(y_in - yo.waiting),
+        gap(y_in, xo.out),
+        xo.token(),
+        yo.token()
+    );
+    assert!(
+        xo.out == 0 || y_in > xo.out,
+        "two writers inside at once: Y entered {:.2} s before X left",
+        -gap(y_in, xo.out)
+    );
+    clean(&[
+        ("reader", &r, codes[0]),
+        ("X", &xo, codes[1]),
+        ("Y", &yo, codes[2]),
+    ]);
+    assert!(x_in > r.out, "X entered before the reader left");
+    assert!(
+        x_in - xo.waiting > lease.as_nanos(),
+        "X did not wait longer than the lease: the trace did not happen"
+    );
+    assert!(
+        yo.token() > xo.token(),
+        "tokens {} then {}",
+        xo.token(),
+        yo.token()
+    );
+    assert_eq!(xo.released.as_deref(), Some("ok"), "{xo:?}");
+    assert_eq!(yo.released.as_deref(), Some("ok"), "{yo:?}");
+}
+
+/// Trace 2 of PROTOCOL.md §11: writer X (host A) is granted after waiting in W5 for
+/// longer than the lease; writer Y (host B) asks right after. X's `.master_lock` must be
+/// fresh at the grant, so Y waits for X.
+#[test]
+fn writer_granted_after_a_wait_past_the_lease_is_not_broken() {
+    let Some(rig) = rig("writer_granted_after_a_wait_past_the_lease_is_not_broken") else {
+        return;
+    };
+    let (a, b) = (("hosta", rig.a.as_path()), ("hostb", rig.b.as_path()));
+    let t = Trace::new(&rig, "trace-grant");
+    let lease = WAIT_LEASE;
+    let go = t.out.join("y.go");
+    let mut reader = t.once("reader", b, "read", lease * 2, vec![]);
+    reader.wait_for(&["granted", "error"], Duration::from_secs(60));
+    // Y is started first and waits for `go`, so that it asks within milliseconds.
+    let mut y = t.once(
+        "y",
+        b,
+        "write",
+        Duration::from_secs(1),
+        vec![("RWDIR_NETFS_GO", go.display().to_string())],
+    );
+    y.wait_for(&["ready"], Duration::from_secs(60));
+    let mut x = t.once("x", a, "write", Duration::from_secs(4), vec![]);
+    t.wait_state(
+        "X holds .master_lock, waiting in W5",
+        Duration::from_secs(60),
+        |st| is_host(st.writer.as_ref(), "hosta"),
+    );
+    x.wait_for(&["granted", "error"], lease * 2 + Duration::from_secs(60));
+    File::create(&go).expect("go file");
+    let limit = lease * 2 + Duration::from_secs(60);
+    let codes = [
+        reader.wait_exit(limit),
+        x.wait_exit(limit),
+        y.wait_exit(limit),
+    ];
+    let (r, xo, yo) = (Once::of(&reader), Once::of(&x), Once::of(&y));
+    let (x_in, y_in) = (xo.t_in("X"), yo.t_in("Y"));
+    eprintln!(
+        "netfs trace grant: X granted after {:.1} s (lease {} s); Y asked {:.3} s after X's \
+         grant and entered {:.2} s after X left; tokens {} -> {}",
+        secs(x_in - xo.waiting),
+        lease.as_secs(),
+        gap(yo.waiting, x_in),
+        gap(y_in, xo.out),
+        xo.token(),
+        yo.token()
+    );
+    assert!(
+        xo.out == 0 || y_in > xo.out,
+        "two writers inside at once: Y entered {:.2} s before X left",
+        -gap(y_in, xo.out)
+    );
+    clean(&[
+        ("reader", &r, codes[0]),
+        ("X", &xo, codes[1]),
+        ("Y", &yo, codes[2]),
+    ]);
+    assert!(
+        x_in - xo.waiting > lease.as_nanos(),
+        "X did not wait longer than the lease: the trace did not happen"
+    );
+    assert!(
+        yo.waiting < x_in + (lease / 3).as_nanos(),
+        "Y asked {:.2} s after X's grant, after X's first heartbeat: the trace did not happen",
+        secs(yo.waiting - x_in)
+    );
+    assert!(
+        yo.token() > xo.token(),
+        "tokens {} then {}",
+        xo.token(),
+        yo.token()
+    );
+    assert_eq!(xo.released.as_deref(), Some("ok"), "{xo:?}");
+}
+
+/// Trace 3 of PROTOCOL.md §11: writer X (host A) waits in W5 with a timeout of two leases,
+/// for a reader (host B) that holds for three; writer Y (host B) queues meanwhile. X's
+/// timeout removes only X's own files: Y's file is there after it, and Y is granted
+/// once the reader leaves and releases its own `.master_lock`.
+#[test]
+fn timed_out_writer_removes_nothing_of_the_other_host() {
+    let Some(rig) = rig("timed_out_writer_removes_nothing_of_the_other_host") else {
+        return;
+    };
+    let (a, b) = (("hosta", rig.a.as_path()), ("hostb", rig.b.as_path()));
+    let t = Trace::new(&rig, "trace-timeout");
+    let lease = WAIT_LEASE;
+    let mut reader = t.once("reader", b, "read", lease * 3, vec![]);
+    reader.wait_for(&["granted", "error"], Duration::from_secs(60));
+    let mut x = t.once(
+        "x",
+        a,
+        "write",
+        Duration::from_secs(1),
+        vec![(
+            "RWDIR_NETFS_TIMEOUT_MS",
+            (lease * 2).as_millis().to_string(),
+        )],
+    );
+    t.wait_state(
+        "X holds .master_lock, waiting in W5",
+        Duration::from_secs(60),
+        |st| is_host(st.writer.as_ref(), "hosta"),
+    );
+    let mut y = t.once("y", b, "write", Duration::from_secs(1), vec![]);
+    let ys = |st: &rwdir::Status| {
+        is_host(st.writer.as_ref(), "hostb") || st.pending.iter().any(|e| host_of(e) == "hostb")
+    };
+    t.wait_state("Y queued", Duration::from_secs(60), ys);
+    let xt = x.wait_for(
+        &["timedout", "granted", "error"],
+        lease * 2 + Duration::from_secs(60),
+    );
+    assert_eq!(xt[0], "timedout", "X: {xt:?}");
+    // Y's file (pending, or `.master_lock` once X's is gone) must still be there. A
+    // status can miss it while Y moves from one to the other, hence a few looks.
+    let after = t.wait_state(
+        "Y's file after X's timeout (X's undo removed it?)",
+        Duration::from_secs(5),
+        ys,
+    );
+    let limit = lease * 3 + Duration::from_secs(60);
+    let codes = [
+        reader.wait_exit(limit),
+        x.wait_exit(limit),
+        y.wait_exit(limit),
+    ];
+    let (r, xo, yo) = (Once::of(&reader), Once::of(&x), Once::of(&y));
+    let y_in = yo.t_in("Y");
+    eprintln!(
+        "netfs trace timeout: X timed out after {:.1} s (lease {} s); then: {}; Y entered \
+         {:.2} s after the reader left, token {}, release {:?}",
+        secs(field::<u128>(&xt, 1) - xo.waiting),
+        lease.as_secs(),
+        show(&after),
+        gap(y_in, r.out),
+        yo.token(),
+        yo.released
+    );
+    clean(&[
+        ("reader", &r, codes[0]),
+        ("X", &xo, codes[1]),
+        ("Y", &yo, codes[2]),
+    ]);
+    assert!(xo.timedout && xo.granted.is_none(), "{xo:?}");
+    assert!(
+        field::<u128>(&xt, 1) - xo.waiting > lease.as_nanos(),
+        "X timed out within the lease: the trace did not happen"
+    );
+    assert!(y_in > r.out, "Y entered before the reader left");
+    assert_eq!(yo.released.as_deref(), Some("ok"), "{yo:?}");
+}
+
+/// FIFO across hosts while waits outlast the lease: writer X0 (host A) waits in W5 for a
+/// reader that holds for 2.5 leases; writers Q1 (B), Q2 (A), Q3 (B) queue behind it, each
+/// once the previous one is seen queued, and wait in W2 for longer than the lease. They
+/// must enter one at a time, in the order X0, Q1, Q2, Q3.
+#[test]
+fn queued_writers_on_two_hosts_keep_their_order_past_the_lease() {
+    let Some(rig) = rig("queued_writers_on_two_hosts_keep_their_order_past_the_lease") else {
+        return;
+    };
+    let (a, b) = (("hosta", rig.a.as_path()), ("hostb", rig.b.as_path()));
+    let t = Trace::new(&rig, "trace-fifo");
+    let lease = WAIT_LEASE;
+    let hold = Duration::from_millis(500);
+    let mut reader = t.once("reader", b, "read", lease * 5 / 2, vec![]);
+    reader.wait_for(&["granted", "error"], Duration::from_secs(60));
+    let mut writers = vec![t.once("x0", a, "write", hold, vec![])];
+    t.wait_state(
+        "X0 holds .master_lock, waiting in W5",
+        Duration::from_secs(60),
+        |st| is_host(st.writer.as_ref(), "hosta"),
+    );
+    for (k, host) in [(1, b), (2, a), (3, b)] {
+        writers.push(t.once(&format!("q{k}"), host, "write", hold, vec![]));
+        t.wait_state(&format!("Q{k} queued"), Duration::from_secs(60), |st| {
+            st.pending.len() == k && st.pending.last().is_some_and(|e| host_of(e) == host.0)
+        });
+    }
+    let limit = lease * 3 + Duration::from_secs(60);
+    let rcode = reader.wait_exit(limit);
+    let codes: Vec<Option<i32>> = writers.iter_mut().map(|w| w.wait_exit(limit)).collect();
+    let r = Once::of(&reader);
+    let runs: Vec<Once> = writers.iter().map(Once::of).collect();
+    let names = ["X0", "Q1", "Q2", "Q3"];
+    let mut order: Vec<usize> = (0..runs.len()).collect();
+    order.sort_by_key(|&i| runs[i].granted.map_or(u128::MAX, |g| g.1));
+    eprintln!(
+        "netfs trace FIFO: grant order {:?}; waits {:?} s (lease {} s); tokens {:?}",
+        order.iter().map(|&i| names[i]).collect::<Vec<_>>(),
+        runs.iter()
+            .map(|o| format!(
+                "{:.1}",
+                secs(o.granted.map_or(0, |g| g.1).saturating_sub(o.waiting))
+            ))
+            .collect::<Vec<_>>(),
+        lease.as_secs(),
+        runs.iter().map(Once::token).collect::<Vec<_>>()
+    );
+    let mut all = vec![("reader", &r, rcode)];
+    all.extend(
+        names
+            .iter()
+            .zip(&runs)
+            .zip(&codes)
+            .map(|((n, o), c)| (*n, o, *c)),
+    );
+    let entered: Vec<usize> = order
+        .iter()
+        .copied()
+        .filter(|&i| runs[i].granted.is_some())
+        .collect();
+    for p in entered.windows(2) {
+        let (w, next) = (&runs[p[0]], &runs[p[1]]);
+        assert!(
+            next.t_in(names[p[1]]) > w.out,
+            "two writers inside at once: {} and {}",
+            names[p[0]],
+            names[p[1]]
+        );
+        assert!(next.token() > w.token(), "tokens out of order");
+    }
+    assert_eq!(
+        entered,
+        vec![0, 1, 2, 3],
+        "writers entered as {:?}, not in queue order",
+        entered.iter().map(|&i| names[i]).collect::<Vec<_>>()
+    );
+    clean(&all);
+    let q1 = &runs[1];
+    assert!(
+        q1.t_in("Q1") - q1.waiting > lease.as_nanos(),
+        "Q1 did not wait longer than the lease: the trace did not happen"
+    );
+}
+
+/// The long-hold stress on hosts A and B (issue #18) for `RWDIR_NETFS_LONG_SECS`
+/// (default 120) s, lease [`WAIT_LEASE`]: on each host two readers holding 10 to 20 s
+/// (longer than the lease) and two writers (`long` workers), so that writers wait in W5
+/// and queue in W2 for longer than the lease, and one attempt in 4 times out there.
+/// Checks exclusion and growing tokens over all grants, and FIFO: a writer that saw
+/// another queued (`status()` before its call) must not enter before it, unless one of
+/// the two attempts timed out.
+fn long_stress(rig: &Rig, name: &str, a: &Path, b: &Path) {
+    let out = fresh(rig, name);
+    let markers = out.join("markers");
+    fs::create_dir_all(&markers).expect("markers dir");
+    let run_secs: u64 = std::env::var("RWDIR_NETFS_LONG_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(120);
+    let lease = WAIT_LEASE;
+    let (min, max) = (lease + Duration::from_secs(2), lease * 5 / 2);
+    let mut workers = Vec::new();
+    for (host, mount) in [("hosta", a), ("hostb", b)] {
+        for (mode, i) in [("read", 0), ("read", 1), ("write", 0), ("write", 1)] {
+            workers.push(spawn(
+                rig,
+                Spec {
+                    host,
+                    net: None,
+                    role: "long",
+                    name: &format!("{host}-{}{i}", &mode[..1]),
+                    dir: &mount.join(name),
+                    out: &out,
+                    lease,
+                    env: vec![
+                        ("RWDIR_NETFS_MODE", mode.into()),
+                        ("RWDIR_NETFS_SECS", run_secs.to_string()),
+                        ("RWDIR_NETFS_MARKERS", markers.display().to_string()),
+                        ("RWDIR_NETFS_HOLD_MIN_MS", min.as_millis().to_string()),
+                        ("RWDIR_NETFS_HOLD_MAX_MS", max.as_millis().to_string()),
+                    ],
+                },
+            ));
+        }
+    }
+    let t0 = Instant::now();
+    let mut codes = Vec::new();
+    for w in &mut workers {
+        codes.push(w.wait_exit(Duration::from_secs(run_secs) + max * 6 + Duration::from_secs(60)));
+    }
+    let elapsed = t0.elapsed();
+    // Each worker's name (`hosta-w0`) by its identity, for the FIFO check.
+    let who = |w: &Worker| w.tag.split('-').take(2).collect::<Vec<_>>().join("-");
+    let mut idents: BTreeMap<String, String> = BTreeMap::new();
+    let mut grants = Vec::new();
+    let mut waits = Vec::new(); // a write's wait, from the call to the grant
+    // Per writer: its attempts' ends (time, entered) and its queue observations (S, Q, seen).
+    let mut ends: BTreeMap<String, Vec<(u128, bool)>> = BTreeMap::new();
+    let mut seen: Vec<(String, u128, u128, Vec<String>)> = Vec::new();
+    let mut problems = Vec::new();
+    for w in &workers {
+        let me = who(w);
+        let mut last_s = 0;
+        for l in w.lines() {
+            let f: Vec<String> = l.split(' ').map(str::to_string).collect();
+            match f[0].as_str() {
+                "id" => {
+                    idents.insert(f[1].clone(), me.clone());
+                }
+                "S" => last_s = field(&f, 1),
+                "Q" => seen.push((me.clone(), last_s, field(&f, 1), f[2..].to_vec())),
+                "T" => ends
+                    .entry(me.clone())
+                    .or_default()
+                    .push((field(&f, 1), false)),
+                "R" | "W" => {
+                    let g = Grant {
+                        write: f[0] == "W",
+                        t_in: field(&f, 1),
+                        t_out: field(&f, 2),
+                        token: field(&f, 3),
+                        who: me.clone(),
+                    };
+                    if g.write {
+                        ends.entry(me.clone()).or_default().push((g.t_in, true));
+                        waits.push(g.t_in.saturating_sub(field(&f, 5)));
+                    }
+                    grants.push(g);
+                }
+                "VIOLATION" | "LOST" | "error" => problems.push(format!("{}: {l}", w.tag)),
+                _ => {}
+            }
+        }
+    }
+    grants.sort_by_key(|g| g.t_in);
+    let (overlaps, token_errors) = overlaps_and_tokens(&grants);
+    // FIFO, as in examples/stress.rs: each writer seen queued after our `S` must end its
+    // attempt (enter) before our attempt after the `Q` enters.
+    let end_after = |who: &str, t: u128| -> Option<(u128, bool)> {
+        ends.get(who)?
+            .iter()
+            .filter(|e| e.0 > t)
+            .min_by_key(|e| e.0)
+            .copied()
+    };
+    let (mut fifo_checks, mut fifo_skipped, mut fifo_errors) = (0, 0, Vec::new());
+    for (me, s, q, ahead) in &seen {
+        let Some((mine, entered)) = end_after(me, *q) else {
+            continue; // the run ended first
+        };
+        for id in ahead {
+            let Some(them) = idents.get(id) else {
+                fifo_errors.push(format!("{me} saw {id} queued, which is no worker"));
+                continue;
+            };
+            if !entered {
+                fifo_skipped += 1;
+                continue;
+            }
+            match end_after(them, *s) {
+                Some((theirs, true)) if theirs < mine => fifo_checks += 1,
+                Some((_, false)) => fifo_skipped += 1,
+                theirs => fifo_errors.push(format!(
+                    "{me} saw {them} queued at {:.6} but entered first, at {:.6} (theirs: {:?})",
+                    secs(*s),
+                    secs(mine),
+                    theirs.map(|t| secs(t.0))
+                )),
+            }
+        }
+    }
+    let writes = grants.iter().filter(|g| g.write).count();
+    let reads = grants.len() - writes;
+    let long_reads = grants
+        .iter()
+        .filter(|g| !g.write && g.t_out - g.t_in > lease.as_nanos())
+        .count();
+    let long_waits = waits.iter().filter(|&&w| w > lease.as_nanos()).count();
+    let timeouts: usize = ends
+        .values()
+        .map(|v| v.iter().filter(|e| !e.1).count())
+        .sum();
+    let per_host: BTreeMap<String, usize> = grants.iter().fold(BTreeMap::new(), |mut m, g| {
+        *m.entry(g.who.split('-').next().unwrap_or("").to_string())
+            .or_default() += 1;
+        m
+    });
+    eprintln!(
+        "netfs long stress {name}: {:.0} s, lease {} s, {} grants ({writes} write, {reads} read, \
+         {long_reads} reads held longer than the lease), per host {per_host:?}, {long_waits} \
+         writes waited longer than the lease (longest {:.1} s), {timeouts} write timeouts, \
+         FIFO checks {fifo_checks} (skipped {fifo_skipped}), {} violations, {} token errors, \
+         {} FIFO errors, {} problems, exit codes {codes:?}",
+        elapsed.as_secs_f64(),
+        lease.as_secs(),
+        grants.len(),
+        secs(waits.iter().copied().max().unwrap_or(0)),
+        overlaps.len(),
+        token_errors.len(),
+        fifo_errors.len(),
+        problems.len()
+    );
+    for o in overlaps.iter().take(20) {
+        eprintln!("  overlap: {o}");
+    }
+    for f in fifo_errors.iter().take(20) {
+        eprintln!("  FIFO: {f}");
+    }
+    for p in problems.iter().take(20) {
+        eprintln!("  problem: {p}");
+    }
+    assert!(overlaps.is_empty(), "{} overlapping grants", overlaps.len());
+    assert!(problems.is_empty(), "{problems:#?}");
+    assert!(token_errors.is_empty(), "{token_errors:?}");
+    assert!(fifo_errors.is_empty(), "{fifo_errors:#?}");
+    assert!(codes.iter().all(|c| *c == Some(0)), "exit codes {codes:?}");
+    assert!(writes >= 5 && reads >= 5, "too few grants to mean anything");
+    assert!(
+        long_waits >= 1 && long_reads >= 1,
+        "no wait or hold outlasted the lease: the run tested nothing of issue #18"
+    );
+    assert!(
+        per_host.len() == 2,
+        "both hosts must have been granted: {per_host:?}"
+    );
+    let _ = fs::remove_dir_all(&out);
+}
+
+#[test]
+fn long_holds_on_two_hosts_default_caching() {
+    let Some(rig) = rig("long_holds_on_two_hosts_default_caching") else {
+        return;
+    };
+    long_stress(&rig, "long-default", &rig.a, &rig.b);
+}
+
+#[test]
+fn long_holds_on_two_hosts_cache_no() {
+    let Some(rig) = rig("long_holds_on_two_hosts_cache_no") else {
+        return;
+    };
+    long_stress(&rig, "long-nocache", &rig.a_nocache, &rig.b_nocache);
 }

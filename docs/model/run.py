@@ -1,16 +1,30 @@
 #!/usr/bin/env python3
-"""Run every model-checking configuration of the rwdir protocol models with Spin.
+"""Run the model-checking configurations of the rwdir protocol models with Spin.
 
-Usage: python3 run.py [--quick] [--only ID[,ID...]] [--keep]
-Writes results/summary.md and results/<ID>.trace.txt (counterexamples) next
-to this script.  Build files go to a temporary directory (removed unless --keep).
-Needs: spin, a C compiler (cc), python3.  Total run time about 4-5 minutes,
-peak memory about 1.2 GB (--quick: under a minute).
+Usage: python3 run.py [--quick | --all] [--only ID[,ID...]] [-j N] [--keep] [--trails]
+                      [--gen ARGS --tag T] [--list]
+
+  (default)  every configuration except the largest variant runs (tier "a")
+  --quick    only the small configurations (tier "q")
+  --all      everything
+  Times and memory of each set: README.md beside this file.
+
+Writes results/summary.md, results/results.json and results/<ID>.trace.txt (one
+per counterexample) next to this script.  Build files go to a temporary
+directory (removed unless --keep).  Needs: spin, a C compiler (cc), python3.
+
+A result is PASS only when pan finished the whole search with no error.  A
+search cut short (depth limit, memory limit, "Search not completed" without an
+error) is INCOMPLETE, and a configuration that did not build or run is ERROR:
+neither is ever counted as a pass.  A counterexample is FAIL even when pan
+stops right after finding it (it always says "Search not completed" then).
 """
 import argparse
+import concurrent.futures
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -20,71 +34,174 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 RES = os.path.join(HERE, "results")   # --tag T: results/variants/T
 EXTRA = ""                            # --gen ARGS: appended to every configuration's generator options
+PAN_EXTRA = ""                        # --pan-extra / --cc-extra: for testing the INCOMPLETE detection
+CC_EXTRA = ""
 
-# (id, title, generator args, mode, expected, big)
-#   mode: "safety" (assertions + invalid end states), "safety-noassert" (only
-#   invalid end states), "bfs" (safety, breadth-first: shortest counterexample),
-#   "ltl:<name>" (LTL property under weak fairness)
+# (id, title, generator args, mode, expected, tier)
+#   mode: "safety" (assertions + invalid end states, DFS), "bfs" (the same, breadth-first:
+#   shortest counterexample), "bfs-noassert" (only invalid end states), "bfs-noend" (only
+#   assertions: for scenarios, whose gates may stop processes for good), "ltl:<name>" (LTL
+#   property under weak fairness)
+#   tier: "q" quick, "f" full (the default run), "a" only with --all
 CONFIGS = [
     # ---- the original GlobalDirectoryLock protocol
     ("O1", "original: reader check-then-create vs writer (2W+2R)",
-     "--proto orig --nw 2 --nr 2 --crash 0", "bfs", "FAIL", False),
+     "--proto orig --nw 2 --nr 2 --crash 0", "bfs", "FAIL", "q"),
     ("O2", "original: two writers, per-writer master names, ns read before create (2W)",
-     "--proto orig --nw 2 --nr 0 --crash 0 --skew", "bfs", "FAIL", False),
+     "--proto orig --nw 2 --nr 0 --crash 0 --skew", "bfs", "FAIL", "q"),
     ("O2f", "original: two writers, ns = creation order (2W)",
-     "--proto orig --nw 2 --nr 0 --crash 0", "bfs", "PASS", False),
+     "--proto orig --nw 2 --nr 0 --crash 0", "bfs", "PASS", "q"),
     ("O3", "original: a crash leaves its file forever (1W+1R, 1 crash, deadlock only)",
-     "--proto orig --nw 1 --nr 1 --crash 1", "bfs-noassert", "FAIL", False),
+     "--proto orig --nw 1 --nr 1 --crash 1", "bfs-noassert", "FAIL", "q"),
     # ---- corrected protocol, but with unsafe or missing stale breaking
     ("B0", "corrected, no stale breaking (2W+2R, 1 crash)",
-     "--nw 2 --nr 2 --crash 1 --break none", "bfs", "FAIL", False),
+     "--nw 2 --nr 2 --crash 1 --break none", "bfs", "FAIL", "q"),
     ("B1", "corrected, naive breaking: read owner, unlink (2W+2R, 1 crash)",
-     "--nw 2 --nr 2 --crash 1 --break naive", "bfs", "FAIL", False),
+     "--nw 2 --nr 2 --crash 1 --break naive", "bfs", "FAIL", "q"),
     ("B2r", "corrected, tombstone breaking: rename, verify, link back (2W+2R, 1 crash)",
-     "--nw 2 --nr 2 --crash 1 --break tomb --no-prio", "bfs", "FAIL", False),
+     "--nw 2 --nr 2 --crash 1 --break tomb --no-prio", "bfs", "FAIL", "q"),
     ("B2w", "corrected, tombstone breaking, writer in the window (2W+1R, 1 crash)",
-     "--nw 2 --nr 1 --crash 1 --break tomb --no-prio", "bfs", "FAIL", False),
-    # ---- corrected protocol with exclusive breaking: all must pass
+     "--nw 2 --nr 1 --crash 1 --break tomb --no-prio", "bfs", "FAIL", "q"),
+    # ---- corrected protocol with exclusive breaking, one namespace (exact judgement): all must pass
     ("F1", "corrected: 2W+2R, 1 crash, any ns order, timeouts",
-     "--nw 2 --nr 2 --crash 1 --skew --giveup", "safety", "PASS", False),
+     "--nw 2 --nr 2 --crash 1 --skew --giveup", "safety", "PASS", "q"),
     ("F2", "corrected: 2W+2R, 2 crashes",
-     "--nw 2 --nr 2 --crash 2", "safety", "PASS", True),
+     "--nw 2 --nr 2 --crash 2", "safety", "PASS", "f"),
     ("F3", "corrected: 2W+1R, 2 crashes, any ns order, timeouts",
-     "--nw 2 --nr 1 --crash 2 --skew --giveup", "safety", "PASS", False),
+     "--nw 2 --nr 1 --crash 2 --skew --giveup", "safety", "PASS", "q"),
     ("F4", "corrected: 2W+3R, 1 crash",
-     "--nw 2 --nr 3 --crash 1", "safety", "PASS", True),
+     "--nw 2 --nr 3 --crash 1", "safety", "PASS", "f"),
     ("F5", "corrected: readdir not atomic (one entry per step), pending then master; 2W+2R, 1 crash, any ns order, timeouts",
-     "--nw 2 --nr 2 --crash 1 --scan 1 --skew --giveup", "safety", "PASS", True),
+     "--nw 2 --nr 2 --crash 1 --scan 1 --skew --giveup", "safety", "PASS", "f"),
     ("F6", "corrected: readdir not atomic, master then pending; 2W+2R, 1 crash",
-     "--nw 2 --nr 2 --crash 1 --scan 2", "safety", "PASS", False),
+     "--nw 2 --nr 2 --crash 1 --scan 2", "safety", "PASS", "q"),
     ("F7", "corrected: writer FIFO (ns = creation order); 2W+2R, 1 crash, timeouts",
-     "--nw 2 --nr 2 --crash 1 --fifo --giveup", "safety", "PASS", False),
+     "--nw 2 --nr 2 --crash 1 --fifo --giveup", "safety", "PASS", "q"),
     ("F8", "corrected: writer FIFO; 3W+1R, 1 crash",
-     "--nw 3 --nr 1 --crash 1 --fifo", "safety", "PASS", False),
+     "--nw 3 --nr 1 --crash 1 --fifo", "safety", "PASS", "q"),
     ("L1", "corrected: every waiting writer eventually enters (weak fairness); 2W+2R, 1 crash",
-     "--nw 2 --nr 2 --crash 1", "ltl:wlive", "PASS", False),
+     "--nw 2 --nr 2 --crash 1", "ltl:wlive", "PASS", "q"),
     ("L2", "corrected: a waiting reader enters once writers stop (weak fairness); 2W+2R, 1 crash",
-     "--nw 2 --nr 2 --crash 1 --stop", "ltl:rlive", "PASS", False),
+     "--nw 2 --nr 2 --crash 1 --stop", "ltl:rlive", "PASS", "q"),
     ("L3", "corrected: writer liveness; 3W+1R, 1 crash",
-     "--nw 3 --nr 1 --crash 1", "ltl:wlive", "PASS", False),
+     "--nw 3 --nr 1 --crash 1", "ltl:wlive", "PASS", "q"),
     ("L4", "corrected: writer liveness; 2W+1R, 2 crashes",
-     "--nw 2 --nr 1 --crash 2", "ltl:wlive", "PASS", False),
+     "--nw 2 --nr 1 --crash 2", "ltl:wlive", "PASS", "q"),
     ("X1", "corrected, unbounded ns skew: a writer can be overtaken forever (2W+1R)",
-     "--nw 2 --nr 1 --crash 0 --skew", "ltl:wlive", "FAIL", False),
-    # ---- lease-based liveness judgement (a live but slow owner may be judged dead)
-    ("E1", "lease: a slow reader's .slave_lock is removed, a writer enters (1W+1R)",
-     "--nw 1 --nr 1 --crash 0 --lease --no-prio", "bfs", "FAIL", False),
-    ("E2", "lease: a slow writer's .master_lock is broken, a second writer enters (2W)",
-     "--nw 2 --nr 0 --crash 0 --lease --no-prio --no-victim", "bfs", "FAIL", False),
-    ("E3", "lease: the breaker unlinks the successor's .master_lock (3W, mutex assertion off)",
-     "--nw 3 --nr 0 --crash 0 --lease --no-prio --no-mutex", "bfs", "FAIL", False),
+     "--nw 2 --nr 1 --crash 0 --skew", "ltl:wlive", "FAIL", "q"),
+    # ---- issue #18: a lease that expires while its owner waits.  W0 = X and R0 share
+    # namespace 0 (exact judgement between them), W1 = Y is in namespace 1 and judges X
+    # by lease (and X judges Y by lease).  The scenario options (--once, --gate, --leave)
+    # fix the cast and the order of arrival of the issue's traces; the model checker finds
+    # the interleaving.  Variant old = the released code, fixed = the fix.
+    ("T1", "issue #18 trace 1, variant old: X's .master_lock goes stale while X waits in W5; Y breaks it; both enter (no W6)",
+     "--nw 2 --nr 1 --crash 0 --ns 0,1,0 --no-prio --once --gate 'W0=inside(R0) && beating(R0)' "
+     "--gate 'W1=holds(W0)' --leave 'R0=holds(W1)' --variant old --no-own-entry --no-own-unlink", "bfs-noend", "FAIL", "q"),
+    ("T1f", "issue #18 trace 1 scenario, variant fixed",
+     "--nw 2 --nr 1 --crash 0 --ns 0,1,0 --no-prio --once --gate 'W0=inside(R0) && beating(R0)' "
+     "--gate 'W1=holds(W0)' --leave 'R0=holds(W1)' --variant fixed", "bfs-noend", "PASS", "q"),
+    ("T2", "issue #18 trace 2, variant old: X is granted with a stale .master_lock after waiting in W5; Y breaks it and enters",
+     "--nw 2 --nr 1 --crash 0 --ns 0,1,0 --no-prio --once --gate 'W0=inside(R0) && beating(R0)' "
+     "--leave 'R0=holds(W0)' --gate 'W1=inside(W0)' --variant old --no-own-entry --no-own-unlink", "bfs-noend", "FAIL", "q"),
+    ("T2w", "issue #18 trace 2, variant old plus W6: W6 does not help",
+     "--nw 2 --nr 1 --crash 0 --ns 0,1,0 --no-prio --once --gate 'W0=inside(R0) && beating(R0)' "
+     "--leave 'R0=holds(W0)' --gate 'W1=inside(W0)' --variant old --w6 --no-own-unlink", "bfs-noend", "FAIL", "q"),
+    ("T2f", "issue #18 trace 2 scenario, variant fixed",
+     "--nw 2 --nr 1 --crash 0 --ns 0,1,0 --no-prio --once --gate 'W0=inside(R0) && beating(R0)' "
+     "--leave 'R0=holds(W0)' --gate 'W1=inside(W0)' --variant fixed", "bfs-noend", "PASS", "q"),
+    ("T3", "issue #18 trace 3, variant old: X times out and unlinks Y's .master_lock; Z creates one; Y and Z both enter",
+     "--nw 3 --nr 1 --crash 0 --ns 0,1,0,0 --no-prio --giveup-only W0 --once --gate 'W0=inside(R0) && beating(R0)' "
+     "--gate 'W1=holds(W0)' --gate 'W2=holds(W1)' --leave 'R0=holds(W2)' --variant old --no-own-entry --no-own-unlink",
+     "bfs-noend", "FAIL", "q"),
+    ("T3f", "issue #18 trace 3 scenario, variant fixed",
+     "--nw 3 --nr 1 --crash 0 --ns 0,1,0,0 --no-prio --giveup-only W0 --once --gate 'W0=inside(R0) && beating(R0)' "
+     "--gate 'W1=holds(W0)' --gate 'W2=holds(W1)' --leave 'R0=holds(W2)' --variant fixed", "bfs-noend", "PASS", "q"),
+    ("T4", "issue #18 FIFO across namespaces, variant old: a waiting writer's pending file goes stale, is removed, it is overtaken",
+     "--nw 2 --nr 1 --crash 0 --ns 0,1,0 --fifo --no-prio --ww-only --variant old --no-own-entry --no-own-unlink",
+     "bfs", "FAIL", "q"),
+    ("T4f", "issue #18 FIFO across namespaces, variant fixed (all properties)",
+     "--nw 2 --nr 1 --crash 0 --ns 0,1,0 --fifo --variant fixed", "bfs", "PASS", "q"),
+    # ---- no scenario: the released code fails in general, and which fix matters
+    ("Mold", "variant old, 2W+2R in two namespaces, 1 crash (shortest counterexample of any property)",
+     "--nw 2 --nr 2 --crash 1 --ns 0,1,0,1 --variant old", "bfs", "FAIL", "q"),
+    ("A1", "variant old except that files are refreshed from creation (no touch at grant, no W6, unchecked unlinks); 2W+2R, two namespaces, 1 crash, timeouts",
+     "--nw 2 --nr 2 --crash 1 --ns 0,1,0,1 --giveup --variant old --refresh create", "safety", "PASS", "q"),
+    ("A2", "variant fixed except that files are refreshed only inside (touch at grant, W6, checked unlinks kept); 2W+2R, two namespaces, 1 crash",
+     "--nw 2 --nr 2 --crash 1 --ns 0,1,0,1 --variant fixed --refresh cs --no-prio --ww-only", "bfs", "FAIL", "q"),
+    # ---- the fixed protocol with namespaces mixed: F and L again, some processes judged by lease
+    ("MF1", "fixed, two namespaces {W0,R0} {W1,R1}: 2W+2R, 1 crash, any ns order, timeouts",
+     "--nw 2 --nr 2 --crash 1 --skew --giveup --ns 0,1,0,1", "safety", "PASS", "q"),
+    ("MF1x", "fixed, every process in its own namespace: 2W+2R, 1 crash, any ns order, timeouts",
+     "--nw 2 --nr 2 --crash 1 --skew --giveup --ns 0,1,2,3", "safety", "PASS", "a"),
+    ("MF2", "fixed, two namespaces: 2W+2R, 2 crashes",
+     "--nw 2 --nr 2 --crash 2 --ns 0,1,0,1", "safety", "PASS", "a"),
+    ("MF3", "fixed, two namespaces {W0} {W1,R0}: 2W+1R, 2 crashes, any ns order, timeouts",
+     "--nw 2 --nr 1 --crash 2 --skew --giveup --ns 0,1,1", "safety", "PASS", "q"),
+    ("MF4", "fixed, two namespaces {W0,R0,R2} {W1,R1}: 2W+3R, 1 crash",
+     "--nw 2 --nr 3 --crash 1 --ns 0,1,0,1,0", "safety", "PASS", "a"),
+    ("MF5", "fixed, two namespaces: readdir not atomic, pending then master; 2W+2R, 1 crash, any ns order, timeouts",
+     "--nw 2 --nr 2 --crash 1 --scan 1 --skew --giveup --ns 0,1,0,1", "safety", "PASS", "a"),
+    ("MF6", "fixed, two namespaces: readdir not atomic, master then pending; 2W+2R, 1 crash",
+     "--nw 2 --nr 2 --crash 1 --scan 2 --ns 0,1,0,1", "safety", "PASS", "q"),
+    ("MF7", "fixed, two namespaces: writer FIFO, timeouts; 2W+2R, 1 crash",
+     "--nw 2 --nr 2 --crash 1 --fifo --giveup --ns 0,1,0,1", "safety", "PASS", "q"),
+    ("MF8", "fixed, three namespaces {W0,R0} {W1} {W2}: writer FIFO; 3W+1R, 1 crash",
+     "--nw 3 --nr 1 --crash 1 --fifo --ns 0,1,2,0", "safety", "PASS", "q"),
+    ("ML1", "fixed, two namespaces: every waiting writer eventually enters; 2W+2R, 1 crash",
+     "--nw 2 --nr 2 --crash 1 --ns 0,1,0,1", "ltl:wlive", "PASS", "q"),
+    ("ML2", "fixed, two namespaces: a waiting reader enters once writers stop; 2W+2R, 1 crash",
+     "--nw 2 --nr 2 --crash 1 --stop --ns 0,1,0,1", "ltl:rlive", "PASS", "q"),
+    ("ML3", "fixed, three namespaces: writer liveness; 3W+1R, 1 crash",
+     "--nw 3 --nr 1 --crash 1 --ns 0,1,2,0", "ltl:wlive", "PASS", "f"),
+    ("ML4", "fixed, two namespaces {W0} {W1,R0}: writer liveness; 2W+1R, 2 crashes",
+     "--nw 2 --nr 1 --crash 2 --ns 0,1,1", "ltl:wlive", "PASS", "q"),
+    # ---- the limit: an owner paused longer than its lease (--lease = every process in its own
+    # namespace, variant pause: any file may go stale at any time).  Only the fencing token helps.
+    ("E1", "pause: a paused reader's .slave_lock is removed, a writer enters (1W+1R)",
+     "--nw 1 --nr 1 --crash 0 --lease --no-prio --no-own-entry --no-own-unlink", "bfs", "FAIL", "q"),
+    ("E2", "pause: a paused writer's .master_lock is broken, a second writer enters (2W)",
+     "--nw 2 --nr 0 --crash 0 --lease --no-prio --no-victim --no-own-entry --no-own-unlink", "bfs", "FAIL", "q"),
+    ("E3", "pause: the breaker unlinks the successor's .master_lock (3W, mutex assertion off)",
+     "--nw 3 --nr 0 --crash 0 --lease --no-prio --no-mutex --no-own-entry --no-own-unlink", "bfs", "FAIL", "q"),
+]
+
+# ---- implementation shortcuts (docs/protocol-notes.md): V1, V2, tokens, V4
+_BASE = {c[0]: c for c in CONFIGS}
+_V12_FULL = ["F1", "F3", "F6", "F7", "F8", "L1", "L2", "L3", "L4"]   # V1+V2 in the default run
+for _b in ["F1", "F2", "F3", "F4", "F5", "F6", "F7", "F8", "L1", "L2", "L3", "L4"]:
+    _c = _BASE[_b]
+    for _tag, _g in (("V1", "--v1 wake"), ("V2", "--v2"), ("V12", "--v1 wake --v2")):
+        _tier = "f" if _tag == "V12" and _b in _V12_FULL else "a"
+        CONFIGS.append((f"{_b}-{_tag}", f"{_c[1]}; shortcut {_tag.replace('V12', 'V1+V2')}", f"{_c[2]} {_g}",
+                        _c[3], "PASS", _tier))
+for _b in ["F1", "F3", "F7", "F8"]:
+    _c = _BASE[_b]
+    CONFIGS.append((f"{_b}-tok", f"{_c[1]}; fencing tokens 1..4 (T1-T4)", f"{_c[2]} --tokens 4", _c[3], "PASS", "f"))
+    CONFIGS.append((f"{_b}-V4", f"{_c[1]}; tokens, V4 (T2 by renameat2 NOREPLACE)", f"{_c[2]} --tokens 4 --v4",
+                    _c[3], "PASS", "f"))
+    CONFIGS.append((f"{_b}-V4m", f"{_c[1]}; tokens, V4 in W0 only, put in the others (mixed deployment)",
+                    f"{_c[2]} --tokens 4 --v4 --v4-mixed", _c[3], "PASS", "f" if _b == "F1" else "a"))
+_TL = "--nr 0 --crash 0 --lease --no-prio --no-mutex --no-victim --no-own-entry --no-own-unlink --tokens 4 --tok-lost"
+CONFIGS += [
+    ("F6-V1loose", "V1 loosened: a reader may skip R1 at any time (F6: readdir not atomic)",
+     "--nw 2 --nr 2 --crash 1 --scan 2 --v1 loose", "bfs", "FAIL", "q"),
+    ("V4L2", "pause (two writers may allocate at once): V4 keeps tokens unique and growing (2W)",
+     f"--nw 2 {_TL} --v4", "safety", "PASS", "q"),
+    ("V4L3", "pause: V4 keeps tokens unique and growing (3W)",
+     f"--nw 3 {_TL} --v4", "safety", "PASS", "q"),
+    ("V4L3m", "pause: mutant V4 with a plain rename(2) that overwrites: two grants of one token (3W)",
+     f"--nw 3 {_TL} --v4 --v4-mutant overwrite", "bfs", "FAIL", "q"),
+    ("V4L2m", "pause: mixed deployment, the V4 writer's rename overwrites: two grants of one token (2W)",
+     f"--nw 2 {_TL} --v4 --v4-mixed --v4-mutant overwrite", "bfs", "FAIL", "q"),
+    ("V4L21", "pause: V4 keeps tokens unique and growing (2W+1R)",
+     f"--nw 2 {_TL.replace('--nr 0', '--nr 1')} --v4", "safety", "PASS", "a"),
 ]
 
 
-def sh(cmd, cwd, timeout=900):
+def sh(cmd, cwd, timeout=3600):
     t = time.time()
-    p = subprocess.run(cmd, cwd=cwd, shell=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                       text=True, timeout=timeout)
+    p = subprocess.run(cmd, cwd=cwd, shell=isinstance(cmd, str), stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=timeout)
     return p.returncode, p.stdout, time.time() - t
 
 
@@ -96,6 +213,22 @@ def names(nw):
     return f
 
 
+def classify(out):
+    """PASS / FAIL / INCOMPLETE / ERROR from pan's output."""
+    errors = re.search(r"errors: (\d+)", out)
+    low = out.lower()
+    trunc = ("max search depth too small" in low or "out of memory" in low
+             or "search not completed" in low or "reached -dmemlim bound" in low
+             or "memory limit" in low)
+    if errors is None:
+        return "ERROR", trunc
+    if int(errors.group(1)) > 0:
+        return "FAIL", trunc          # a counterexample is definite; pan stops after it
+    if trunc:
+        return "INCOMPLETE", trunc    # a search cut short proves nothing: never a PASS
+    return "PASS", trunc
+
+
 def run_one(cfg, work):
     cid, title, gargs, mode, expected, _ = cfg
     d = os.path.join(work, cid)
@@ -103,47 +236,44 @@ def run_one(cfg, work):
     nw = int(re.search(r"--nw (\d+)", gargs).group(1))
     if EXTRA:
         gargs = f"{gargs} {EXTRA}"
-    rc, out, _ = sh(f"{sys.executable} {os.path.join(HERE, 'gen_model.py')} {gargs} -o model.pml", d)
+    base = dict(id=cid, title=title, args=gargs, mode=mode, expected=expected)
+    rc, out, _ = sh([sys.executable, os.path.join(HERE, "gen_model.py")] + shlex.split(gargs) + ["-o", "model.pml"], d)
     if rc:
-        return dict(id=cid, result="ERROR", note=out[-500:])
+        return dict(base, result="ERROR", note=out[-500:])
     rc, out, _ = sh("spin -a model.pml", d)
     if rc or not os.path.exists(os.path.join(d, "pan.c")):
-        return dict(id=cid, result="ERROR", note=out[-500:])
-    cflags = "-O2 -w -DMEMLIM=6000"
-    runflags = "-m2000000"
+        return dict(base, result="ERROR", note=out[-500:])
+    lease = " --ns " in f" {gargs} " or " --lease" in f" {gargs} "
+    cflags = "-O2 -w -DMEMLIM=11000"
+    runflags = "-m3000000"
     if mode.startswith("ltl:"):
-        cflags += " -DCOLLAPSE"
+        cflags += " -DCOLLAPSE" + (" -DNFAIR=3" if lease else "")
         runflags += f" -a -f -N {mode[4:]}"
     elif mode.startswith("bfs"):
         cflags += " -DSAFETY -DNOCLAIM -DBFS"
         if mode == "bfs-noassert":
             runflags += " -A"
+        if mode == "bfs-noend":
+            runflags += " -E"
     else:
         cflags += " -DSAFETY -DNOCLAIM -DCOLLAPSE"
+    cflags += (" " + CC_EXTRA) if CC_EXTRA else ""
+    runflags += (" " + PAN_EXTRA) if PAN_EXTRA else ""
     rc, out, _ = sh(f"cc {cflags} -o pan pan.c", d)
     if rc:
-        return dict(id=cid, result="ERROR", note=out[-500:])
+        return dict(base, result="ERROR", note=out[-500:])
     rc, out, secs = sh(f"./pan {runflags}", d)
-    errors = re.search(r"errors: (\d+)", out)
     stored = re.search(r"([\d.e+]+) states, stored", out)
     depth = re.search(r"depth reached (\d+)", out)
     kind = re.search(r"pan:1: (.*?) \(at depth", out)
-    # a search cut short (depth, memory, -DMEMLIM bound) proves nothing: never a PASS
-    trunc = ("max search depth too small" in out or "out of memory" in out.lower()
-             or "search not completed" in out.lower() or "reached -dmemlim bound" in out.lower())
-    res = dict(id=cid, title=title, args=gargs, mode=mode, expected=expected,
-               states=int(float(stored.group(1))) if stored else None,
+    mem = re.search(r"([\d.]+)\s+total actual memory usage", out)
+    result, trunc = classify(out)
+    res = dict(base, states=int(float(stored.group(1))) if stored else None,
                depth=int(depth.group(1)) if depth else None, secs=round(secs, 1),
-               errors=int(errors.group(1)) if errors else None, kind=kind.group(1) if kind else "",
-               trunc=trunc)
-    # a counterexample is definite (pan always says "Search not completed" after one);
-    # a search cut short without one proves nothing: INCOMPLETE, never a PASS
-    if res["errors"] is None:
-        res["result"] = "ERROR"
-    elif res["errors"]:
-        res["result"] = "FAIL"
-    else:
-        res["result"] = "INCOMPLETE" if trunc else "PASS"
+               kind=kind.group(1) if kind else "", trunc=trunc, result=result,
+               mem=round(float(mem.group(1))) if mem else None)
+    if result == "INCOMPLETE":
+        res["kind"] = "search not completed (depth or memory bound)"
     with open(os.path.join(d, "pan.out"), "w") as f:
         f.write(out)
     trail = os.path.join(d, "model.pml.trail")
@@ -167,8 +297,9 @@ def run_one(cfg, work):
         if res["kind"] == "acceptance cycle":
             lines.append("LIVENESS VIOLATED: " + mode[4:])
         res["trace"] = lines
-        shutil.copy(trail, os.path.join(RES, f"{cid}.model.pml.trail"))
-        shutil.copy(os.path.join(d, "model.pml"), os.path.join(RES, f"{cid}.model.pml"))
+        if TRAILS:
+            shutil.copy(trail, os.path.join(RES, f"{cid}.model.pml.trail"))
+            shutil.copy(os.path.join(d, "model.pml"), os.path.join(RES, f"{cid}.model.pml"))
         with open(os.path.join(RES, f"{cid}.trace.txt"), "w") as f:
             f.write(f"# {cid}: {title}\n# gen_model.py {gargs}  ({mode})\n")
             f.write(f"# {res['kind']}\n")
@@ -176,43 +307,79 @@ def run_one(cfg, work):
             for ln in lines:
                 if " | " in ln:
                     who, what = ln.split(" | ", 1)
-                    f.write(f"{who.strip():<4} {what}\n")
+                    f.write(f"{who.strip():<5} {what}\n")
                 else:
                     f.write(ln + "\n")
     return res
 
 
+TRAILS = False
+
+
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true", help="skip the large configurations")
+    global RES, EXTRA, PAN_EXTRA, CC_EXTRA, TRAILS
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="only the small configurations")
+    ap.add_argument("--all", action="store_true", help="also the largest variant runs")
     ap.add_argument("--only", default="", help="comma-separated configuration ids")
+    ap.add_argument("-j", "--jobs", type=int, default=2, help="configurations checked at once (default 2)")
     ap.add_argument("--keep", action="store_true", help="keep the build directory")
+    ap.add_argument("--trails", action="store_true", help="copy each counterexample's Spin trail and model to results/")
     ap.add_argument("--gen", default="", help="extra gen_model.py options for every configuration (variants)")
     ap.add_argument("--tag", default="", help="write results to results/variants/TAG")
+    ap.add_argument("--pan-extra", default="", help="extra pan options (e.g. -m50, to see INCOMPLETE)")
+    ap.add_argument("--cc-extra", default="", help="extra C compiler options for pan")
+    ap.add_argument("--list", action="store_true", help="list the configurations and exit")
     a = ap.parse_args()
-    global RES, EXTRA
-    EXTRA = a.gen
+    EXTRA, PAN_EXTRA, CC_EXTRA, TRAILS = a.gen, a.pan_extra, a.cc_extra, a.trails
     if a.tag:
         RES = os.path.join(HERE, "results", "variants", a.tag)
+    if a.list:
+        for c in CONFIGS:
+            print(f"{c[0]:<11} {c[5]} {c[4]:<4} {c[3]:<10} gen_model.py {c[2]}")
+        return
     for tool in ("spin", "cc"):
         if not shutil.which(tool):
             sys.exit(f"{tool} not found (Debian: apt-get install spin gcc)")
     os.makedirs(RES, exist_ok=True)
     work = tempfile.mkdtemp(prefix="rwdir-spin-")
     only = set(x for x in a.only.split(",") if x)
-    rows, bad = [], 0
-    t0 = time.time()
+    unknown = only - {c[0] for c in CONFIGS}
+    if unknown:
+        sys.exit(f"unknown configuration(s): {', '.join(sorted(unknown))}")
+    todo = []
     for cfg in CONFIGS:
-        if only and cfg[0] not in only:
+        if only:
+            if cfg[0] not in only:
+                continue
+        elif a.quick and cfg[5] != "q":
             continue
-        if a.quick and cfg[5]:
+        elif not a.all and cfg[5] == "a":
             continue
-        r = run_one(cfg, work)
-        ok = r["result"] == cfg[4]
-        bad += not ok
-        rows.append((cfg, r, ok))
-        print(f"{cfg[0]:<4} {r['result']:<5} (expected {cfg[4]}) states={r.get('states')} "
-              f"depth={r.get('depth')} {r.get('secs')}s {r.get('kind', '')}  {cfg[1]}", flush=True)
+        todo.append(cfg)
+    # longest first, so that the last configurations do not run alone: the time of the
+    # previous run where there is one, otherwise the tier
+    prev = {}
+    if os.path.exists(os.path.join(RES, "results.json")):
+        with open(os.path.join(RES, "results.json")) as f:
+            prev = json.load(f)
+    todo.sort(key=lambda c: -((prev.get(c[0]) or {}).get("secs") or {"a": 1000, "f": 100, "q": 10}[c[5]]))
+    rows, bad = {}, 0
+    t0 = time.time()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, a.jobs)) as ex:
+        futs = {ex.submit(run_one, cfg, work): cfg for cfg in todo}
+        for fu in concurrent.futures.as_completed(futs):
+            cfg = futs[fu]
+            try:
+                r = fu.result()
+            except Exception as e:  # a timeout or a crash of the runner itself
+                r = dict(id=cfg[0], result="ERROR", note=str(e))
+            ok = r["result"] == cfg[4]
+            bad += not ok
+            rows[cfg[0]] = (cfg, r, ok)
+            print(f"{cfg[0]:<11} {r['result']:<10} (expected {cfg[4]}) states={r.get('states')} "
+                  f"depth={r.get('depth')} {r.get('secs')}s {r.get('kind', '')}  {cfg[1]}"
+                  + (f"\n    {r['note']}" if r.get("note") else ""), flush=True)
     # results.json keeps the latest result of every configuration, so that a
     # partial run (--only, --quick) updates summary.md without losing the rest
     store_path = os.path.join(RES, "results.json")
@@ -220,29 +387,31 @@ def main():
     if os.path.exists(store_path):
         with open(store_path) as f:
             store = json.load(f)
-    for cfg, r, ok in rows:
-        store[cfg[0]] = {k: r.get(k) for k in ("result", "kind", "states", "depth", "secs")}
+    for cid, (cfg, r, ok) in rows.items():
+        store[cid] = {k: r.get(k) for k in ("result", "kind", "states", "depth", "secs", "mem", "args", "mode", "expected")}
     with open(store_path, "w") as f:
         json.dump(store, f, indent=1, sort_keys=True)
     with open(os.path.join(RES, "summary.md"), "w") as f:
-        f.write("| id | configuration | gen_model.py options | check | states stored | depth | seconds | result | expected |\n")
-        f.write("|---|---|---|---|---|---|---|---|---|\n")
+        f.write("| id | configuration | gen_model.py options | check | states stored | depth | seconds | MB | result | expected |\n")
+        f.write("|---|---|---|---|---|---|---|---|---|---|\n")
         for cfg in CONFIGS:
             r = store.get(cfg[0])
             if not r:
                 continue
             ok = r["result"] == cfg[4]
             check = {"safety": "safety (assertions + deadlock)", "bfs": "safety, BFS",
-                     "bfs-noassert": "deadlock only, BFS"}.get(cfg[3], cfg[3].replace("ltl:", "LTL ") + " (weak fairness)")
+                     "bfs-noassert": "deadlock only, BFS", "bfs-noend": "assertions, BFS (scenario)"}.get(
+                cfg[3], cfg[3].replace("ltl:", "LTL ") + " (weak fairness)")
             res = r["result"] + (f": {r['kind']}" if r.get("kind") else "")
-            f.write(f"| {cfg[0]} | {cfg[1]} | `{cfg[2]}` | {check} | {r.get('states')} | {r.get('depth')} | "
-                    f"{r.get('secs')} | {res} | {cfg[4]}{'' if ok else ' **MISMATCH**'} |\n")
+            states = f"{r['states']:,}" if isinstance(r.get("states"), int) else r.get("states")
+            f.write(f"| {cfg[0]} | {cfg[1]} | `{cfg[2]}` | {check} | {states} | {r.get('depth')} | "
+                    f"{r.get('secs')} | {r.get('mem')} | {res} | {cfg[4]}{'' if ok else ' **MISMATCH**'} |\n")
     if not a.keep:
         shutil.rmtree(work, ignore_errors=True)
     else:
         print("build directory kept:", work)
     print(f"{len(rows)} configurations, {bad} unexpected, {time.time() - t0:.0f}s")
-    print(f"{len(rows) - bad} passed, {bad} failed")
+    print(f"{len(rows) - bad} as expected, {bad} not")
     sys.exit(1 if bad else 0)
 
 

@@ -8,6 +8,28 @@ use nix::sys::statfs::fstatfs;
 use nix::unistd::Pid;
 use parking_lot::Mutex;
 
+/// A file's identity on this host: device and inode numbers, as `fstat` gives them.
+/// Exact for a file we hold open (its inode cannot be freed, so its number is not
+/// reused); meaningless on remote filesystems, whose inode numbers can differ between
+/// names and mounts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct FileId {
+    dev: u64,
+    ino: u64,
+}
+
+impl FileId {
+    /// The identity of the file `st` describes.
+    // `st_dev`/`st_ino` are u64 on some targets and not on others.
+    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+    pub(crate) fn of(st: &nix::sys::stat::FileStat) -> FileId {
+        FileId {
+            dev: st.st_dev as u64,
+            ino: st.st_ino as u64,
+        }
+    }
+}
+
 /// The identity of the running process, as written into holder records.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Identity {

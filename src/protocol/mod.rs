@@ -1,8 +1,9 @@
 //! PROTOCOL.md §3, step by step: read-acquire (R1–R3), write-acquire (W1–W6), stale
-//! breaking of `.master_lock` (B0–B4), the fencing token (T1–T4) and cleanup (C1–C3, A1).
+//! breaking of `.master_lock` (B0–B4), the fencing token (T1–T4); cleanup (C1–C3, A1) is in `cleanup`.
 //! Step labels in comments refer to that document.
 
 use std::cell::Cell;
+use std::os::fd::OwnedFd;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -11,13 +12,17 @@ use uuid::Uuid;
 use crate::config::Config;
 use crate::entry::Entry;
 use crate::error::{Error, Result};
-use crate::fsops::{Created, Renamed, Spare, StateDir};
+use crate::fsops::{Created, Listing, Renamed, Spare, StateDir};
 use crate::holder::{Holder, Kind};
 use crate::judge::{Judge, Judged};
 use crate::names::LockName;
 use crate::notify::{self, Removed, Subscription};
 use crate::sys::{self, Identity};
 use crate::wait::{Backoff, Deadline};
+
+mod cleanup;
+
+pub(crate) use cleanup::{cleanup, cleanup_all};
 
 /// A lock file we created and still own.
 #[derive(Debug)]
@@ -29,7 +34,7 @@ pub(crate) struct Own {
     /// removed, and its `.token-n`), closed when this file is released: on a local
     /// filesystem that takes two `close`s off a hand-off. Empty on a remote filesystem,
     /// where a descriptor left open across an unlink leaves a `.nfsXXXX` file behind.
-    pub(crate) spent: Vec<std::os::fd::OwnedFd>,
+    pub(crate) spent: Vec<OwnedFd>,
     /// The process that made the file (in its record); a forked child never releases it.
     pub(crate) pid: u32,
     /// When the file's mtime was last set: at its creation, or by [`Own::keep_fresh`].
@@ -149,15 +154,15 @@ impl<'a> Attempt<'a> {
         }
     }
 
-    /// Sleeps one back-off step; `Err(())` when the deadline forbids it. The caller
-    /// undoes its own files, then calls [`Attempt::give_up`]. Returns what the wake-up
-    /// says was removed since the last [`Attempt::look`] (0: nothing known).
+    /// Sleeps one back-off step; `None` when the deadline (or a cancellation) forbids it:
+    /// the caller then undoes its own files and calls [`Attempt::give_up`]. Returns what
+    /// the wake-up says was removed since the last [`Attempt::look`].
     ///
     /// `keep` are the files we own while waiting: each is renewed when due, and the pause
     /// ends in time for the next renewal, whatever the poll interval.
-    fn sleep(&mut self, keep: &[&Own]) -> std::result::Result<Removed, ()> {
+    fn sleep(&mut self, keep: &[&Own]) -> Option<Removed> {
         if self.cancelled() {
-            return Err(());
+            return None;
         }
         let period = self.cfg.refresh_period();
         for own in keep {
@@ -170,16 +175,14 @@ impl<'a> Attempt<'a> {
             self.subscribed = true;
             self.wake = notify::subscribe(self.sd.fd());
             if self.wake.is_some() {
-                return Ok(0);
+                return Some(Removed::NOTHING);
             }
         }
         if self.deadline != Deadline::Once {
             self.prepare_spares();
             self.sd.rewind();
         }
-        self.backoff
-            .sleep(self.deadline, renew, self.wake.as_ref())
-            .ok_or(())
+        self.backoff.sleep(self.deadline, renew, self.wake.as_ref())
     }
 
     /// Marks the start of a listing that decides whether to sleep: a wake-up then
@@ -287,13 +290,13 @@ pub(crate) fn read(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<Ow
                 break;
             }
             match at.sleep(&[]) {
-                Err(()) => return Err(at.give_up()),
+                None => return Err(at.give_up()),
                 // Only a writer's `.master_lock` was in our way, and the wake-up says it
                 // went away: announce at once. R1 only keeps readers from announcing
                 // while a writer waits; R3 alone decides. Should a writer have queued
                 // meanwhile (creations are not watched), R3 sees it and we withdraw.
-                Ok(removed) if !queued && removed & notify::MASTER != 0 => break,
-                Ok(_) => {}
+                Some(removed) if !queued && removed.has_master() => break,
+                Some(_) => {}
             }
         }
         // R2: announce.
@@ -318,7 +321,7 @@ pub(crate) fn read(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<Ow
             return Ok(own);
         }
         sd.unlink(&own.close())?;
-        if at.sleep(&[]).is_err() {
+        if at.sleep(&[]).is_none() {
             return Err(at.give_up());
         }
     }
@@ -331,87 +334,51 @@ pub(crate) fn write(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<(
     let mut pending = queue(&at)?;
     at.exclude = Some(pending.name);
     // W2: wait for our turn, then create the one exclusive `.master_lock`.
-    let (mut master, hint) = match wait_turn(&mut at, &mut pending) {
+    let (master, hint) = match wait_turn(&mut at, &mut pending) {
         Ok(m) => m,
         Err(e) => {
             let _ = sd.unlink(&pending.close());
             return Err(e);
         }
     };
-    // W5 below waits for readers to leave, and nothing it does after a wake-up creates
-    // a file; the token's spare, if any, is used by W4 first.
+    // W5 waits for readers to leave, and nothing it does after a wake-up creates a
+    // file; the token's spare, if any, is used by W4 first.
     at.spares_wanted = &[];
-    // W3: only now, with `.master_lock` blocking readers, leave the queue.
+    enter(&mut at, master, pending, hint)
+}
+
+/// W3–W6, holding `.master_lock` (made by W2 from a listing whose highest token was
+/// `hint`): leave the queue, take a fencing token, wait for the readers to drain, and
+/// check that `.master_lock` is still ours. Returns it with the token.
+fn enter(
+    at: &mut Attempt<'_>,
+    mut master: Own,
+    pending: Own,
+    hint: (u64, bool),
+) -> Result<(Own, u64)> {
+    let sd = at.sd;
     // Undo removes `.master_lock` only while it is ours: a judge by lease may have broken
     // it while we waited (we were paused, say) and another writer may own the name now.
-    let remove_master = || {
+    let remove_master = |master: &Own| {
         let _ = sd.unlink_own(&master.name, &master.created, master.nonce);
     };
-    let undo = |e: Error| {
-        remove_master();
-        e
+    let steps = |at: &mut Attempt<'_>| -> Result<Option<(u64, Vec<OwnedFd>)>> {
+        let mut spent = leave_queue(sd, pending)?;
+        let (token, first) = fencing_token(at, hint, &mut spent)?;
+        Ok(drain(at, &master, first)?.then_some((token, spent)))
     };
-    let mut spent = Vec::new();
-    if sd.is_remote() {
-        sd.unlink(&pending.close()).map_err(undo)?;
-    } else {
-        // Removed first, closed at the release (see `Own::spent`).
-        sd.unlink(&pending.name).map_err(undo)?;
-        spent.push(pending.created.fd);
-    }
-    // W4 (T1, T2), T1 from W2's last listing: made just before our `.master_lock`
-    // existed, it can only be older than a fresh one, and a stale hint shows up below.
-    let (mut token, mut fresh) = allocate_token(&at, Some(hint), &mut spent).map_err(undo)?;
-    // W5: wait until the readers drain. The first listing also serves T3 and T4 of the
-    // token allocation: it is made after our `.token-<n>` exists.
-    let mut first = true;
-    loop {
-        let l = sd.list().map_err(undo)?;
-        if first {
-            // T3. With the hint, a higher token can also mean that grants completed
-            // between W2's listing and our `.master_lock` (and one removed the token we
-            // then made again): allocate once more from a fresh listing, which can only
-            // give a higher token. Only a fresh T1 followed by a higher token means that
-            // another writer was granted the lock after us.
-            if !fresh && l.tokens.iter().any(|&k| k > token) {
-                (token, fresh) = allocate_token(&at, None, &mut spent).map_err(undo)?;
-                continue;
-            }
-            first = false;
-            if l.tokens.iter().any(|&k| k > token) {
-                remove_master();
-                return Err(Error::LockLost {
-                    path: sd.path_of(&LockName::Token(token)),
-                    reason: "a later fencing token exists: another writer was granted the lock"
-                        .into(),
-                });
-            }
-            // T4: housekeeping only (T1 and T3 look at the highest token), so a lower
-            // token that cannot be removed is left: another user's token in a sticky
-            // state directory, or a non-empty directory someone made at a token name,
-            // must not keep every later writer out.
-            for &k in l.tokens.iter().filter(|&&k| k < token) {
-                let _ = sd.unlink(&LockName::Token(k));
-            }
-        }
-        if l.slaves.is_empty() {
-            break;
-        }
-        let live = at.judge.any_live(&l.slaves).map_err(undo)?;
-        // Every listed reader is gone or was dead and removed: drained. This listing was
-        // made after our `.master_lock` existed, so a reader missing from it announced
-        // itself later and its decisive R3 listing sees `.master_lock`: it withdraws. Not
-        // listing again matters on a remote filesystem, whose listing can show departed
-        // readers for ~20 s (RIG.md) and would keep us spinning.
-        if !live {
-            break;
-        }
-        if at.sleep(&[&master]).is_err() {
-            // Removed first: the error names who is in our way, and that is not us.
-            remove_master();
+    let (token, spent) = match steps(at) {
+        Ok(Some(done)) => done,
+        Ok(None) => {
+            // Gave up. Removed first: the error names who is in our way, not us.
+            remove_master(&master);
             return Err(at.give_up());
         }
-    }
+        Err(e) => {
+            remove_master(&master);
+            return Err(e);
+        }
+    };
     // The grant. Renew `.master_lock` now: it may have been made long ago, and the
     // heartbeat's first beat comes up to one period from now.
     master.touch();
@@ -427,6 +394,78 @@ pub(crate) fn write(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<(
     }
     master.spent = spent;
     Ok((master, token))
+}
+
+/// W3: leaves the queue, once `.master_lock` blocks readers. Returns the descriptors to
+/// close at the release (see [`Own::spent`]).
+fn leave_queue(sd: &StateDir, pending: Own) -> Result<Vec<OwnedFd>> {
+    if sd.is_remote() {
+        sd.unlink(&pending.close())?;
+        return Ok(Vec::new());
+    }
+    // Removed first, closed at the release.
+    sd.unlink(&pending.name)?;
+    Ok(vec![pending.created.fd])
+}
+
+/// W4 with T1–T4: the fencing token, and the first listing made after its file exists
+/// (W5's first look). T1 starts from `hint`, W2's last listing: made just before our
+/// `.master_lock` existed, it can only be older than a fresh one, and a stale hint shows
+/// up in the listing that follows.
+fn fencing_token(
+    at: &Attempt<'_>,
+    hint: (u64, bool),
+    spent: &mut Vec<OwnedFd>,
+) -> Result<(u64, Listing)> {
+    let sd = at.sd;
+    let (mut token, mut fresh) = allocate_token(at, Some(hint), spent)?;
+    loop {
+        let l = sd.list()?;
+        let higher = l.tokens.iter().any(|&k| k > token);
+        // T3. From the hint, a higher token can also mean that grants completed between
+        // W2's listing and our `.master_lock` (and one removed the token we then made
+        // again): allocate once more from a fresh listing, which can only give a higher
+        // token. Only a fresh T1 followed by a higher token means that another writer was
+        // granted the lock after us.
+        if higher && !fresh {
+            (token, fresh) = allocate_token(at, None, spent)?;
+            continue;
+        }
+        if higher {
+            return Err(Error::LockLost {
+                path: sd.path_of(&LockName::Token(token)),
+                reason: "a later fencing token exists: another writer was granted the lock".into(),
+            });
+        }
+        // T4: housekeeping only (T1 and T3 look at the highest token), so a lower token
+        // that cannot be removed is left: another user's token in a sticky state
+        // directory, or a non-empty directory someone made at a token name, must not keep
+        // every later writer out.
+        for &k in l.tokens.iter().filter(|&&k| k < token) {
+            let _ = sd.unlink(&LockName::Token(k));
+        }
+        return Ok((token, l));
+    }
+}
+
+/// W5: waits until the readers drain, starting from `l`, a listing made after our
+/// `.master_lock` existed, and keeps `.master_lock` fresh meanwhile. `Ok(false)`: the
+/// deadline passed or the acquisition was cancelled.
+fn drain(at: &mut Attempt<'_>, master: &Own, mut l: Listing) -> Result<bool> {
+    loop {
+        // Every listed reader is gone or was dead and removed: drained. The listing was
+        // made after our `.master_lock` existed, so a reader missing from it announced
+        // itself later and its decisive R3 listing sees `.master_lock`: it withdraws. Not
+        // listing again matters on a remote filesystem, whose listing can show departed
+        // readers for ~20 s and would keep us spinning.
+        if l.slaves.is_empty() || !at.judge.any_live(&l.slaves)? {
+            return Ok(true);
+        }
+        if at.sleep(&[master]).is_none() {
+            return Ok(false);
+        }
+        l = at.sd.list()?;
+    }
 }
 
 /// W1: a fresh pending file, `ns` read just before creating it.
@@ -473,7 +512,7 @@ fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<(Own, (u64, bool
                 // exclusive `put` below stays the only gate.
                 Judged::Gone => {}
                 _ => {
-                    let Ok(removed) = at.sleep(&[&*pending]) else {
+                    let Some(removed) = at.sleep(&[&*pending]) else {
                         return Err(at.give_up());
                     };
                     // We were first in the queue and only `.master_lock` was in our way;
@@ -481,7 +520,7 @@ fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<(Own, (u64, bool
                     // `put` is the only writer gate, whatever a listing would show; if
                     // the name is taken again, the full W2 loop follows.
                     if !older_live
-                        && removed & notify::MASTER != 0
+                        && removed.has_master()
                         && let Some(master) = at.put(LockName::Master, Kind::Write)?
                     {
                         return Ok((master, l.top_token()));
@@ -491,18 +530,13 @@ fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<(Own, (u64, bool
             }
         }
         if older_live {
-            if at.sleep(&[&*pending]).is_err() {
+            if at.sleep(&[&*pending]).is_none() {
                 return Err(at.give_up());
             }
             continue;
         }
         if let Some(master) = at.put(LockName::Master, Kind::Write)? {
-            let hint = l.top_token();
-            #[cfg(test)]
-            let hint = tests::STALE_HINT
-                .with(|h| h.take())
-                .map_or(hint, |n| (n, true));
-            return Ok((master, hint));
+            return Ok((master, l.top_token()));
         }
     }
 }
@@ -521,7 +555,7 @@ fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<(Own, (u64, bool
 fn allocate_token(
     at: &Attempt<'_>,
     mut hint: Option<(u64, bool)>,
-    spent: &mut Vec<std::os::fd::OwnedFd>,
+    spent: &mut Vec<OwnedFd>,
 ) -> Result<(u64, bool)> {
     let sd = at.sd;
     loop {
@@ -534,13 +568,8 @@ fn allocate_token(
         // `.token-18446744073709551615` is never reached by counting (someone planted
         // it): there is no next token, and T2 would find the name taken for ever.
         let Some(next) = n.checked_add(1) else {
-            return Err(Error::Io {
-                action: "allocate a fencing token after",
+            return Err(Error::TokensExhausted {
                 path: sd.path_of(&LockName::Token(n)),
-                source: std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    "fencing tokens are exhausted",
-                ),
             });
         };
         // T2, and T4 for the highest token: where the filesystem allows it, token n is
@@ -580,7 +609,7 @@ fn break_master(at: &mut Attempt<'_>, keep: &[&Own]) -> Result<bool> {
         if !live_breaker {
             break;
         }
-        if at.sleep(keep).is_err() {
+        if at.sleep(keep).is_none() {
             return Err(at.give_up());
         }
     }
@@ -622,7 +651,7 @@ fn exclusive_break(at: &mut Attempt<'_>, own: &Own, keep: &[&Own]) -> Result<boo
         if older {
             return Ok(false);
         }
-        if at.sleep(&held).is_err() {
+        if at.sleep(&held).is_none() {
             return Err(at.give_up());
         }
     }
@@ -631,94 +660,6 @@ fn exclusive_break(at: &mut Attempt<'_>, own: &Own, keep: &[&Own]) -> Result<boo
         return sd.unlink(&LockName::Master);
     }
     Ok(false)
-}
-
-/// C1–C3: removes dead holders' files; returns what was removed.
-pub(crate) fn cleanup(sd: &StateDir, cfg: &Config, dry_run: bool) -> Result<Vec<Entry>> {
-    let mut removed = Vec::new();
-    let judge = Judge::new(sd, cfg);
-    let l = sd.list()?;
-    let unique = l
-        .slaves
-        .iter()
-        .chain(&l.pending)
-        .chain(&l.breaks)
-        .chain(&l.tmps);
-    for name in unique {
-        let entry = judge.entry(name)?;
-        if let Some(e) = entry.filter(|e| e.regular && e.liveness.is_dead()) {
-            // Re-judged by unlink_if_dead so that a file replaced meanwhile survives.
-            if dry_run || judge.unlink_if_dead(name)?.is_dead() {
-                removed.push(e);
-            }
-        }
-    }
-    if l.master
-        && let Some(e) = judge.entry(&LockName::Master)?
-        && e.liveness.is_dead()
-    {
-        let mut at = Attempt::new(
-            sd,
-            cfg,
-            Deadline::after(cfg.max_poll.saturating_mul(20)),
-            Kind::Break,
-        );
-        let broken = dry_run
-            || match break_master(&mut at, &[]) {
-                Ok(broken) => broken,
-                // Another live breaker kept it busy (B0, B2): that one removes the file.
-                // This call removed nothing, which is not a failure of cleanup.
-                Err(Error::TimedOut { .. }) => false,
-                Err(e) => return Err(e),
-            };
-        if broken {
-            removed.push(e);
-        }
-    }
-    Ok(removed)
-}
-
-/// A1: removes every lock file, keeping the highest token.
-pub(crate) fn cleanup_all(sd: &StateDir, cfg: &Config, dry_run: bool) -> Result<Vec<Entry>> {
-    let mut removed = Vec::new();
-    let l = sd.list()?;
-    let top = l.tokens.last().copied();
-    let names = l
-        .master
-        .then_some(LockName::Master)
-        .into_iter()
-        .chain(l.pending.iter().copied())
-        .chain(l.slaves.iter().copied())
-        .chain(l.breaks.iter().copied())
-        .chain(l.tmps.iter().copied())
-        .chain(
-            l.tokens
-                .iter()
-                .filter(|&&k| Some(k) != top)
-                .map(|&k| LockName::Token(k)),
-        );
-    // Go on past an entry that cannot be removed (a non-empty directory at a lock name,
-    // another user's file in a sticky directory): remove all the rest, then report the
-    // first failure.
-    let mut first_error = None;
-    let judge = Judge::new(sd, cfg);
-    for name in names {
-        let step = judge.entry(&name).and_then(|e| match e {
-            Some(e) if dry_run || sd.unlink(&name)? => Ok(Some(e)),
-            _ => Ok(None),
-        });
-        match step {
-            Ok(Some(e)) => removed.push(e),
-            Ok(None) => {}
-            Err(e) => {
-                first_error.get_or_insert(e);
-            }
-        }
-    }
-    match first_error {
-        Some(e) => Err(e),
-        None => Ok(removed),
-    }
 }
 
 /// Who is in the way of an acquisition of kind `want`: the writer, else the oldest
@@ -749,13 +690,6 @@ pub(crate) fn open_state(cfg: &Config, create: bool) -> Result<Option<StateDir>>
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    thread_local! {
-        /// Makes this thread's next W2 hand T1 a stale hint, as if grants had completed
-        /// between W2's listing and our `.master_lock`.
-        pub(super) static STALE_HINT: std::cell::Cell<Option<u64>> =
-            const { std::cell::Cell::new(None) };
-    }
 
     fn config(dir: &std::path::Path) -> Config {
         Config {
@@ -803,10 +737,15 @@ mod tests {
                     .is_some()
             );
         }
-        STALE_HINT.with(|h| h.set(Some(4)));
-        let (own, token) = write(&sd, &cfg, Deadline::Once).expect("write");
+        // W1 and W2 by hand, then W3-W6 from the stale hint.
+        let mut writer = Attempt::new(&sd, &cfg, Deadline::Once, Kind::Write);
+        let pending = queue(&writer).expect("queue");
+        let master = writer
+            .put(LockName::Master, Kind::Write)
+            .expect("put")
+            .expect(".master_lock is free");
+        let (own, token) = enter(&mut writer, master, pending, (4, true)).expect("enter");
         assert_eq!(token, if renames { 11 } else { 10 });
-        assert!(STALE_HINT.with(|h| h.get()).is_none(), "the hint was used");
         // T4 removed the lower tokens, the stale one included.
         assert_eq!(sd.list().expect("list").tokens, vec![token]);
         drop(own);

@@ -1,0 +1,481 @@
+//! The only module that touches lock files. Every operation is relative to an open
+//! descriptor of the state directory, never follows a symlink at a lock name, and never
+//! opens an existing lock name for writing.
+
+use std::ffi::OsStr;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use nix::errno::Errno;
+use nix::fcntl::{AT_FDCWD, AtFlags, OFlag, openat};
+use nix::sys::stat::{Mode, SFlag, fstat, fstatat, mkdirat};
+use nix::unistd::{UnlinkatFlags, unlinkat};
+
+use crate::error::{Error, IoResultExt, Result};
+use crate::names::LockName;
+use crate::sys::{self, DirReader, FileId, FsKind};
+
+mod create;
+mod denied;
+mod own;
+mod read;
+
+pub(crate) use create::{Created, Spare};
+use denied::{denied, denied_create_state};
+pub(crate) use read::Found;
+use read::file_type;
+
+/// The default name of the state directory inside the locked directory.
+pub(crate) const STATE_DIR_NAME: &str = ".rwdir";
+
+/// Mode of lock files before the umask: readable by everyone, so that any user can judge
+/// the owner; removal is governed by the directory's permissions.
+const FILE_MODE: u32 = 0o644;
+/// Mode of the state directory before the umask.
+const DIR_MODE: u32 = 0o777;
+
+/// An open state directory (`DIR/.rwdir`).
+#[derive(Debug)]
+pub(crate) struct StateDir {
+    fd: OwnedFd,
+    /// The directory that holds the state directory (DIR), and the state directory's
+    /// name in it: to notice when the state directory is no longer there (renamed,
+    /// removed, replaced), which takes the lock away from everyone who holds one.
+    parent: OwnedFd,
+    leaf: std::ffi::OsString,
+    path: PathBuf,
+    kind: FsKind,
+    /// `(st_dev, st_ino)` of the directory when it was opened.
+    id: FileId,
+    /// Whether `O_TMPFILE` + `linkat` works here; cleared on the first failure.
+    tmpfile: AtomicBool,
+    /// Whether `renameat2(RENAME_NOREPLACE)` works here; cleared on the first refusal.
+    renames: AtomicBool,
+    /// Whether `linkat(fd, "", AT_EMPTY_PATH)` works for us (since Linux 6.10 for the
+    /// file's opener, before only with `CAP_DAC_READ_SEARCH`); cleared on the first
+    /// refusal, after which `/proc/self/fd/N` is linked instead (one path walk more).
+    empty_path: AtomicBool,
+    /// On a local filesystem, one directory stream rewound for each listing (saves the
+    /// open/close of a fresh stream). Remote filesystems open a fresh stream every time,
+    /// which is what makes the server answer.
+    stream: parking_lot::Mutex<Option<DirReader>>,
+}
+
+/// The lock files found by one `readdir`, by kind. Foreign names are left out.
+#[derive(Debug, Default)]
+pub(crate) struct Listing {
+    pub(crate) master: bool,
+    /// Sorted by queue order `(ns, uuid)`.
+    pub(crate) pending: Vec<LockName>,
+    pub(crate) slaves: Vec<LockName>,
+    /// Sorted by `(ns, uuid)`.
+    pub(crate) breaks: Vec<LockName>,
+    pub(crate) tmps: Vec<LockName>,
+    pub(crate) tokens: Vec<u64>,
+    /// Whether the directory entry of the highest token said "regular file" (`DT_REG`):
+    /// only such a token is renamed to the next number (see `allocate_token`).
+    pub(crate) top_token_regular: bool,
+}
+
+impl Listing {
+    pub(crate) fn has(&self, name: &LockName) -> bool {
+        match name {
+            LockName::Master => self.master,
+            LockName::Pending { .. } => self.pending.contains(name),
+            LockName::Slave { .. } => self.slaves.contains(name),
+            LockName::Break { .. } => self.breaks.contains(name),
+            LockName::Tmp { .. } => self.tmps.contains(name),
+            LockName::Token(n) => self.tokens.contains(n),
+        }
+    }
+
+    /// The highest token (0 if none), and whether its entry is a regular file.
+    pub(crate) fn top_token(&self) -> (u64, bool) {
+        (
+            self.tokens.last().copied().unwrap_or(0),
+            self.top_token_regular,
+        )
+    }
+
+    /// Sorts an unordered set of names into a listing (also used by the fuzz target).
+    pub(crate) fn from_names(names: impl IntoIterator<Item = LockName>) -> Listing {
+        let mut l = Listing::default();
+        for name in names {
+            match name {
+                LockName::Master => l.master = true,
+                LockName::Pending { .. } => l.pending.push(name),
+                LockName::Slave { .. } => l.slaves.push(name),
+                LockName::Break { .. } => l.breaks.push(name),
+                LockName::Tmp { .. } => l.tmps.push(name),
+                LockName::Token(n) => l.tokens.push(n),
+            }
+        }
+        l.pending.sort_by_key(LockName::order_key);
+        l.breaks.sort_by_key(LockName::order_key);
+        l.tokens.sort_unstable();
+        l
+    }
+}
+
+/// What [`StateDir::rename_token`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Renamed {
+    /// The token now has its new number.
+    Done,
+    /// The new number is taken (T2's `EEXIST`).
+    Taken,
+    /// The old number is gone.
+    Missing,
+    /// Not done here: make the new token with `put`.
+    Unsupported,
+}
+
+impl StateDir {
+    /// Opens (and with `create`, makes) the state directory. `Ok(None)` when it does not
+    /// exist and `create` is false.
+    pub(crate) fn open(dir: &Path, state: Option<&Path>, create: bool) -> Result<Option<StateDir>> {
+        let dir_fd = openat(
+            AT_FDCWD,
+            dir,
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| match e {
+            Errno::ENOTDIR => Error::NotADirectory {
+                path: dir.to_path_buf(),
+                found: "not a directory",
+            },
+            e => Error::Io {
+                action: "open directory",
+                path: dir.to_path_buf(),
+                source: e.into(),
+            },
+        })?;
+        let (parent_fd, leaf, path): (OwnedFd, &OsStr, PathBuf) = match state {
+            None => (dir_fd, OsStr::new(STATE_DIR_NAME), dir.join(STATE_DIR_NAME)),
+            Some(state) => {
+                let leaf = state.file_name().ok_or_else(|| Error::NotADirectory {
+                    path: state.to_path_buf(),
+                    found: "no final path component",
+                })?;
+                let parent = match state.parent() {
+                    Some(p) if !p.as_os_str().is_empty() => p,
+                    _ => Path::new("."),
+                };
+                let pfd = openat(
+                    AT_FDCWD,
+                    parent,
+                    OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+                    Mode::empty(),
+                )
+                .at("open directory", || parent.to_path_buf())?;
+                (pfd, leaf, state.to_path_buf())
+            }
+        };
+        loop {
+            match openat(
+                &parent_fd,
+                leaf,
+                OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            ) {
+                Ok(fd) => {
+                    let kind = sys::fs_kind(&fd);
+                    let st = fstat(&fd).at("inspect state directory", || path.clone())?;
+                    let id = FileId::of(&st);
+                    return Ok(Some(StateDir {
+                        fd,
+                        parent: parent_fd,
+                        leaf: leaf.to_os_string(),
+                        path,
+                        kind,
+                        id,
+                        tmpfile: AtomicBool::new(true),
+                        renames: AtomicBool::new(true),
+                        empty_path: AtomicBool::new(true),
+                        stream: parking_lot::Mutex::new(None),
+                    }));
+                }
+                Err(Errno::ENOENT) if create => {
+                    match mkdirat(&parent_fd, leaf, Mode::from_bits_truncate(DIR_MODE)) {
+                        Ok(()) | Err(Errno::EEXIST) => continue,
+                        Err(e) => {
+                            return Err(denied_create_state(e, &parent_fd, path));
+                        }
+                    }
+                }
+                Err(Errno::ENOENT) => return Ok(None),
+                Err(Errno::ELOOP | Errno::ENOTDIR) => {
+                    let found = match fstatat(&parent_fd, leaf, AtFlags::AT_SYMLINK_NOFOLLOW) {
+                        Ok(st) if file_type(&st) == SFlag::S_IFLNK => "a symlink",
+                        Ok(st) if file_type(&st) == SFlag::S_IFREG => "a regular file",
+                        _ => "not a directory",
+                    };
+                    return Err(Error::NotADirectory { path, found });
+                }
+                Err(e) => {
+                    let st = fstatat(&parent_fd, leaf, AtFlags::AT_SYMLINK_NOFOLLOW);
+                    return Err(denied("open state directory", path.clone(), e, st, |who| {
+                        format!(
+                            "this user may not open it: it belongs to {}; ask {} or an \
+                                 administrator to make it group-accessible and setgid \
+                                 (`chmod 2775`) for a group this user is in (see \
+                                 docs/multi-user.md)",
+                            who.describe(),
+                            who.ask()
+                        )
+                    }));
+                }
+            }
+        }
+    }
+
+    /// The state directory's path.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether the state directory is on a filesystem that may be shared between hosts.
+    pub(crate) fn is_remote(&self) -> bool {
+        self.kind == FsKind::Remote
+    }
+
+    pub(crate) fn path_of(&self, name: &LockName) -> PathBuf {
+        self.path.join(name.to_string())
+    }
+
+    /// Whether `path` still names the directory we have open (one `lstat`). Always
+    /// `false` on a remote filesystem, whose `stat` answers may be stale: there the
+    /// directory is reopened for every acquisition.
+    pub(crate) fn is_current(&self) -> bool {
+        if self.is_remote() {
+            return false;
+        }
+        match fstatat(AT_FDCWD, &self.path, AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(st) => FileId::of(&st) == self.id && st.st_nlink > 0,
+            Err(_) => false,
+        }
+    }
+
+    /// Whether the state directory is still where it was opened: DIR (which may have
+    /// been renamed) still has it under its name. If not (`mv DIR/.rwdir ...`, or a copy
+    /// put in its place), contenders that open `DIR/.rwdir` no longer see our files.
+    fn in_place(&self) -> Result<bool> {
+        match fstatat(
+            &self.parent,
+            self.leaf.as_os_str(),
+            AtFlags::AT_SYMLINK_NOFOLLOW,
+        ) {
+            Ok(st) => Ok(FileId::of(&st) == self.id),
+            Err(Errno::ENOENT | Errno::ENOTDIR) => Ok(false),
+            Err(e) => Err(e).at("inspect state directory", || self.path.clone()),
+        }
+    }
+
+    /// One `readdir` of the state directory.
+    pub(crate) fn list(&self) -> Result<Listing> {
+        let open = || {
+            openat(
+                &self.fd,
+                ".",
+                OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            )
+            .map(DirReader::new)
+            .at("list state directory", || self.path.clone())
+        };
+        let mut names = Vec::new();
+        // The highest token seen so far, and whether its entry is a regular file.
+        let mut top: Option<(u64, bool)> = None;
+        let mut collect = |dir: &mut DirReader| -> Result<()> {
+            dir.for_each(|name, d_type| {
+                if let Some(name) = LockName::parse(name) {
+                    if let LockName::Token(n) = name
+                        && top.is_none_or(|(m, _)| n > m)
+                    {
+                        top = Some((n, d_type == nix::libc::DT_REG));
+                    }
+                    names.push(name);
+                }
+            })
+            .at("list state directory", || self.path.clone())
+        };
+        if self.is_remote() {
+            collect(&mut open()?)?;
+        } else {
+            let mut stream = self.stream.lock();
+            let dir = match stream.as_mut() {
+                Some(dir) => dir,
+                None => stream.insert(open()?),
+            };
+            if let Err(e) = collect(dir) {
+                *stream = None;
+                return Err(e);
+            }
+        }
+        let mut l = Listing::from_names(names);
+        l.top_token_regular = top.is_some_and(|(_, regular)| regular);
+        Ok(l)
+    }
+
+    /// Rewinds the directory stream for the next listing now (one `lseek`): called
+    /// before sleeping, so that a listing after the wake-up does not make it. Errors are
+    /// left to that listing.
+    pub(crate) fn rewind(&self) {
+        if let Some(dir) = self.stream.lock().as_mut() {
+            let _ = dir.rewind();
+        }
+    }
+
+    /// Removes a lock name. `Ok(false)` if it was already gone. A directory at a lock name
+    /// is removed only if it is empty.
+    pub(crate) fn unlink(&self, name: &LockName) -> Result<bool> {
+        let target = name.to_string();
+        match unlinkat(&self.fd, target.as_str(), UnlinkatFlags::NoRemoveDir) {
+            Ok(()) => Ok(true),
+            Err(Errno::ENOENT) => Ok(false),
+            Err(Errno::EISDIR) => {
+                match unlinkat(&self.fd, target.as_str(), UnlinkatFlags::RemoveDir) {
+                    Ok(()) => Ok(true),
+                    Err(Errno::ENOENT) => Ok(false),
+                    Err(e) => Err(self.denied_remove("remove directory at lock name", name, e)),
+                }
+            }
+            Err(e) => Err(self.denied_remove("remove lock file", name, e)),
+        }
+    }
+
+    /// Whether [`StateDir::rename_token`] may work here.
+    pub(crate) fn renames_tokens(&self) -> bool {
+        !self.is_remote() && self.renames.load(Ordering::Relaxed)
+    }
+
+    /// Renames the fencing token `from` to `to` if `to` does not exist
+    /// (`renameat2(RENAME_NOREPLACE)`): T2 and T4 of PROTOCOL.md §3.7 in one step for the
+    /// usual case, where the highest token is the only one (see `allocate_token`). Local
+    /// filesystems only; `Unsupported` after the first refusal of the flag, and for
+    /// anything else that stops the rename (another user's token in a sticky state
+    /// directory): the caller then makes `to` with `put`.
+    pub(crate) fn rename_token(&self, from: u64, to: u64) -> Renamed {
+        use nix::fcntl::{RenameFlags, renameat2};
+        if !self.renames_tokens() {
+            return Renamed::Unsupported;
+        }
+        let (from, to) = (
+            LockName::Token(from).to_string(),
+            LockName::Token(to).to_string(),
+        );
+        match renameat2(
+            &self.fd,
+            from.as_str(),
+            &self.fd,
+            to.as_str(),
+            RenameFlags::RENAME_NOREPLACE,
+        ) {
+            Ok(()) => Renamed::Done,
+            Err(Errno::EEXIST) => Renamed::Taken,
+            Err(Errno::ENOENT) => Renamed::Missing,
+            Err(Errno::EINVAL | Errno::ENOSYS | Errno::EOPNOTSUPP) => {
+                self.renames.store(false, Ordering::Relaxed);
+                Renamed::Unsupported
+            }
+            Err(_) => Renamed::Unsupported,
+        }
+    }
+
+    /// The open state directory.
+    pub(crate) fn fd(&self) -> &OwnedFd {
+        &self.fd
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use uuid::Uuid;
+
+    use super::read::{Direct, read_fd, reread_direct};
+    use super::*;
+    use crate::holder::{Holder, Kind};
+
+    fn holder(kind: Kind, host: &str) -> Holder {
+        Holder {
+            kind,
+            host: host.into(),
+            boot_id: "b".into(),
+            pidns: 1,
+            pid: 2,
+            start: 3,
+            pgid: 0,
+            nonce: Uuid::new_v4(),
+            since_ns: 4,
+            lease_ms: 5,
+        }
+    }
+
+    fn record_at(sd: &StateDir, name: &LockName) -> Option<Holder> {
+        match sd.read(name).expect("read") {
+            Found::File { holder, .. } => holder,
+            Found::Gone => panic!("{name} is gone"),
+        }
+    }
+
+    /// A spare written ahead is linked as it is when the `put` is for its record, and
+    /// written again, whole and no longer than the new record, when it is not.
+    #[test]
+    fn a_spare_written_ahead_is_linked_with_the_right_record() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let Some(sd) = StateDir::open(dir.path(), None, true).expect("open") else {
+            panic!("no state directory");
+        };
+        let Some(mut spare) = sd.spare() else {
+            return; // no O_TMPFILE here: puts make their files themselves
+        };
+        let ahead = holder(Kind::Read, "host");
+        spare.write(ahead.clone());
+        assert_eq!(
+            spare.record(Kind::Read, Duration::from_secs(60)),
+            Some(&ahead)
+        );
+        assert_eq!(spare.record(Kind::Write, Duration::from_secs(60)), None);
+        assert_eq!(spare.record(Kind::Read, Duration::ZERO), None, "too old");
+        let a = LockName::Slave {
+            uuid: Uuid::new_v4(),
+        };
+        assert!(sd.put_with(&a, &ahead, Some(spare)).expect("put").is_some());
+        assert_eq!(record_at(&sd, &a), Some(ahead));
+
+        // Written ahead for a longer record, used for another one.
+        let mut spare = sd.spare().expect("a second spare");
+        spare.write(holder(Kind::Write, "a-much-longer-host-name"));
+        let other = holder(Kind::Break, "h");
+        let b = LockName::Break {
+            ns: 1,
+            uuid: Uuid::new_v4(),
+        };
+        assert!(sd.put_with(&b, &other, Some(spare)).expect("put").is_some());
+        assert_eq!(record_at(&sd, &b), Some(other));
+    }
+
+    #[test]
+    fn reread_direct_reads_the_whole_record_or_declines() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("record");
+        let holder = holder(Kind::Write, "h");
+        std::fs::write(&path, holder.format()).expect("write record");
+        let fd: OwnedFd = std::fs::File::open(&path).expect("open").into();
+        // Read to EOF first, as `read_open` does: the re-read starts again at offset 0.
+        let first = read_fd(&fd, false).expect("read");
+        assert_eq!(first.holder.as_ref(), Some(&holder));
+        match reread_direct(&fd).expect("reread") {
+            // tmpfs and a few others refuse O_DIRECT: the caller waits and reads again.
+            Direct::Refused => {}
+            Direct::Read(again) => assert_eq!(again, Some(holder)),
+        }
+        // The descriptor is left without O_DIRECT.
+        let flags = nix::fcntl::fcntl(&fd, nix::fcntl::FcntlArg::F_GETFL).expect("getfl");
+        assert!(!OFlag::from_bits_truncate(flags).contains(OFlag::O_DIRECT));
+    }
+}
