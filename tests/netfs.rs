@@ -2,12 +2,13 @@
 //! export, "hosts" made with namespaces). Run them with
 //!
 //! ```text
-//! tests/netfs/run.sh cargo test --test netfs -- --nocapture
+//! tests/netfs/run.sh cargo test --test netfs -- --ignored --nocapture
 //! ```
 //!
-//! Without the rig's variables (`NETFS_A`, `NETFS_B`, `NETFS_A_NOCACHE`,
-//! `NETFS_B_NOCACHE`, `NETFS_EXPORT`, `NETFS_HOST_SH`) every test prints a note and
-//! passes. The processes on the "hosts" are this test binary again, re-executed with
+//! They are `#[ignore]`d, so that a plain `cargo test` reports them as ignored with the
+//! reason (they need the rig) and never as passed; `run.sh` runs them with `--ignored`,
+//! and without the rig's variables (`NETFS_A`, `NETFS_B`, `NETFS_A_NOCACHE`,
+//! `NETFS_B_NOCACHE`, `NETFS_EXPORT`, `NETFS_HOST_SH`) each of them fails, saying so. The processes on the "hosts" are this test binary again, re-executed with
 //! `RWDIR_NETFS_WORKER=<role>`: they run `netfs_worker`, which does one role and exits.
 //! Every worker writes its events to a log file on the LOCAL disk (never on the shared
 //! mount); the tests read those logs and decide. Readiness is a line in such a log (or
@@ -48,7 +49,7 @@ struct Rig {
     c: Option<(PathBuf, String, String)>,
 }
 
-fn rig(test: &str) -> Option<Rig> {
+fn rig(test: &str) -> Rig {
     let var = |k: &str| std::env::var_os(k).map(PathBuf::from);
     let all = (
         var("NETFS_EXPORT"),
@@ -60,11 +61,10 @@ fn rig(test: &str) -> Option<Rig> {
     );
     let (Some(export), Some(a), Some(b), Some(a_nocache), Some(b_nocache), Some(host_sh)) = all
     else {
-        eprintln!(
-            "note: netfs test `{test}` skipped: the multi-host rig is not set up \
-             (run `tests/netfs/run.sh cargo test --test netfs`)"
+        panic!(
+            "netfs test `{test}` needs the multi-host rig, which is not set up: run \
+             `tests/netfs/run.sh cargo test --test netfs -- --ignored`"
         );
-        return None;
     };
     let c = match (
         var("NETFS_C"),
@@ -74,7 +74,7 @@ fn rig(test: &str) -> Option<Rig> {
         (Some(m), Some(ns), Some(veth)) => Some((m, ns, veth)),
         _ => None,
     };
-    Some(Rig {
+    Rig {
         export,
         a,
         b,
@@ -82,7 +82,7 @@ fn rig(test: &str) -> Option<Rig> {
         b_nocache,
         host_sh,
         c,
-    })
+    }
 }
 
 fn now_ns() -> u128 {
@@ -996,18 +996,16 @@ fn stress(rig: &Rig, name: &str, a: &Path, b: &Path) {
 }
 
 #[test]
+#[ignore = "needs the multi-host rig: tests/netfs/run.sh cargo test --test netfs -- --ignored"]
 fn stress_two_hosts_default_caching() {
-    let Some(rig) = rig("stress_two_hosts_default_caching") else {
-        return;
-    };
+    let rig = rig("stress_two_hosts_default_caching");
     stress(&rig, "stress-default", &rig.a, &rig.b);
 }
 
 #[test]
+#[ignore = "needs the multi-host rig: tests/netfs/run.sh cargo test --test netfs -- --ignored"]
 fn stress_two_hosts_cache_no() {
-    let Some(rig) = rig("stress_two_hosts_cache_no") else {
-        return;
-    };
+    let rig = rig("stress_two_hosts_cache_no");
     stress(&rig, "stress-nocache", &rig.a_nocache, &rig.b_nocache);
 }
 
@@ -1087,10 +1085,9 @@ fn check_takeover(what: &str, taker: &Worker, granted_at: u128, last_beat: u128,
 }
 
 #[test]
+#[ignore = "needs the multi-host rig: tests/netfs/run.sh cargo test --test netfs -- --ignored"]
 fn crashed_host_is_taken_over_after_the_lease() {
-    let Some(rig) = rig("crashed_host_is_taken_over_after_the_lease") else {
-        return;
-    };
+    let rig = rig("crashed_host_is_taken_over_after_the_lease");
     let name = "crash";
     let out = fresh(&rig, name);
     let mut holder = spawn(
@@ -1160,10 +1157,9 @@ fn crashed_host_is_taken_over_after_the_lease() {
 }
 
 #[test]
+#[ignore = "needs the multi-host rig: tests/netfs/run.sh cargo test --test netfs -- --ignored"]
 fn frozen_holder_loses_the_lock_and_notices() {
-    let Some(rig) = rig("frozen_holder_loses_the_lock_and_notices") else {
-        return;
-    };
+    let rig = rig("frozen_holder_loses_the_lock_and_notices");
     let name = "frozen";
     let out = fresh(&rig, name);
     let holder = spawn(
@@ -1213,10 +1209,9 @@ fn frozen_holder_loses_the_lock_and_notices() {
 }
 
 #[test]
+#[ignore = "needs the multi-host rig: tests/netfs/run.sh cargo test --test netfs -- --ignored"]
 fn partitioned_host_loses_the_lock_and_creates_nothing() {
-    let Some(rig) = rig("partitioned_host_loses_the_lock_and_creates_nothing") else {
-        return;
-    };
+    let rig = rig("partitioned_host_loses_the_lock_and_creates_nothing");
     let Some((c_mount, c_netns, c_veth)) = rig.c.as_ref() else {
         eprintln!("note: partition test skipped: the rig has no host C (setup.sh --netns)");
         return;
@@ -1324,10 +1319,9 @@ fn partitioned_host_loses_the_lock_and_creates_nothing() {
 }
 
 #[test]
+#[ignore = "needs the multi-host rig: tests/netfs/run.sh cargo test --test netfs -- --ignored"]
 fn frozen_cli_holder_gets_its_command_stopped() {
-    let Some(rig) = rig("frozen_cli_holder_gets_its_command_stopped") else {
-        return;
-    };
+    let rig = rig("frozen_cli_holder_gets_its_command_stopped");
     let rwdir = bin::rwdir_bin();
     let name = "frozen-cli";
     let out = fresh(&rig, name);
@@ -1589,11 +1583,9 @@ fn clean(runs: &[(&str, &Once, Option<i32>)]) {
 /// not break X's file (X renews it while it waits): one writer at a time, X first, both
 /// exit cleanly.
 #[test]
+#[ignore = "needs the multi-host rig: tests/netfs/run.sh cargo test --test netfs -- --ignored"]
 fn writer_waiting_for_readers_past_the_lease_keeps_the_other_host_out() {
-    let Some(rig) = rig("writer_waiting_for_readers_past_the_lease_keeps_the_other_host_out")
-    else {
-        return;
-    };
+    let rig = rig("writer_waiting_for_readers_past_the_lease_keeps_the_other_host_out");
     let (a, b) = (("hosta", rig.a.as_path()), ("hostb", rig.b.as_path()));
     let t = Trace::new(&rig, "trace-w5");
     let lease = WAIT_LEASE;
@@ -1657,10 +1649,9 @@ fn writer_waiting_for_readers_past_the_lease_keeps_the_other_host_out() {
 /// longer than the lease; writer Y (host B) asks right after. X's `.master_lock` must be
 /// fresh at the grant, so Y waits for X.
 #[test]
+#[ignore = "needs the multi-host rig: tests/netfs/run.sh cargo test --test netfs -- --ignored"]
 fn writer_granted_after_a_wait_past_the_lease_is_not_broken() {
-    let Some(rig) = rig("writer_granted_after_a_wait_past_the_lease_is_not_broken") else {
-        return;
-    };
+    let rig = rig("writer_granted_after_a_wait_past_the_lease_is_not_broken");
     let (a, b) = (("hosta", rig.a.as_path()), ("hostb", rig.b.as_path()));
     let t = Trace::new(&rig, "trace-grant");
     let lease = WAIT_LEASE;
@@ -1735,10 +1726,9 @@ fn writer_granted_after_a_wait_past_the_lease_is_not_broken() {
 /// timeout removes only X's own files: Y's file is there after it, and Y is granted
 /// once the reader leaves and releases its own `.master_lock`.
 #[test]
+#[ignore = "needs the multi-host rig: tests/netfs/run.sh cargo test --test netfs -- --ignored"]
 fn timed_out_writer_removes_nothing_of_the_other_host() {
-    let Some(rig) = rig("timed_out_writer_removes_nothing_of_the_other_host") else {
-        return;
-    };
+    let rig = rig("timed_out_writer_removes_nothing_of_the_other_host");
     let (a, b) = (("hosta", rig.a.as_path()), ("hostb", rig.b.as_path()));
     let t = Trace::new(&rig, "trace-timeout");
     let lease = WAIT_LEASE;
@@ -1813,10 +1803,9 @@ fn timed_out_writer_removes_nothing_of_the_other_host() {
 /// once the previous one is seen queued, and wait in W2 for longer than the lease. They
 /// must enter one at a time, in the order X0, Q1, Q2, Q3.
 #[test]
+#[ignore = "needs the multi-host rig: tests/netfs/run.sh cargo test --test netfs -- --ignored"]
 fn queued_writers_on_two_hosts_keep_their_order_past_the_lease() {
-    let Some(rig) = rig("queued_writers_on_two_hosts_keep_their_order_past_the_lease") else {
-        return;
-    };
+    let rig = rig("queued_writers_on_two_hosts_keep_their_order_past_the_lease");
     let (a, b) = (("hosta", rig.a.as_path()), ("hostb", rig.b.as_path()));
     let t = Trace::new(&rig, "trace-fifo");
     let lease = WAIT_LEASE;
@@ -2077,17 +2066,15 @@ fn long_stress(rig: &Rig, name: &str, a: &Path, b: &Path) {
 }
 
 #[test]
+#[ignore = "needs the multi-host rig: tests/netfs/run.sh cargo test --test netfs -- --ignored"]
 fn long_holds_on_two_hosts_default_caching() {
-    let Some(rig) = rig("long_holds_on_two_hosts_default_caching") else {
-        return;
-    };
+    let rig = rig("long_holds_on_two_hosts_default_caching");
     long_stress(&rig, "long-default", &rig.a, &rig.b);
 }
 
 #[test]
+#[ignore = "needs the multi-host rig: tests/netfs/run.sh cargo test --test netfs -- --ignored"]
 fn long_holds_on_two_hosts_cache_no() {
-    let Some(rig) = rig("long_holds_on_two_hosts_cache_no") else {
-        return;
-    };
+    let rig = rig("long_holds_on_two_hosts_cache_no");
     long_stress(&rig, "long-nocache", &rig.a_nocache, &rig.b_nocache);
 }

@@ -70,27 +70,32 @@ fn five_second_stress_has_no_violation() {
 }
 
 /// The long-hold mode for 20 s: lease 2 s, readers holding 2.5 to 5 s, so writers wait
-/// in W5 and queue in W2 for longer than the lease, and three workers (two writers, one
-/// reader) each in a pid namespace of its own, judging and judged by lease (issue #18).
-/// Needs root for `unshare`; elsewhere it prints a note and passes.
+/// in W5 and queue in W2 for longer than the lease (issue #18). Where `unshare` can make
+/// pid namespaces (root), three workers (two writers, one reader) each run in one of
+/// their own, judging and judged by lease; elsewhere every worker shares this pid
+/// namespace (judged exactly), and the test says so. The cross-namespace case is also
+/// run for 120 s by `.ci/run`, and by `tests/lease.rs`, which reports itself ignored
+/// where it cannot run.
 #[test]
-fn long_holds_across_pid_namespaces_have_no_violation() {
+fn long_holds_have_no_violation() {
     let unshare = Command::new("unshare")
         .args(["--pid", "--fork", "--mount-proc", "--", "true"])
         .stderr(std::process::Stdio::null())
         .status();
-    if !unshare.is_ok_and(|s| s.success()) {
+    let pidns = if unshare.is_ok_and(|s| s.success()) {
+        3
+    } else {
         eprintln!(
-            "note: long_holds_across_pid_namespaces_have_no_violation skipped: \
+            "note: long_holds_have_no_violation runs without pid namespaces: \
              `unshare --pid --fork --mount-proc` does not work here (needs root)"
         );
-        return;
-    }
+        0
+    };
     let dir = tempfile::tempdir().expect("tempdir");
     let mut opts = stress::Options::new(4, 3, Duration::from_secs(20), dir.path().to_path_buf());
     opts.lease = Some(Duration::from_secs(2));
     opts.hold = Some((Duration::from_millis(2_500), Duration::from_secs(5)));
-    opts.pidns = 3;
+    opts.pidns = pidns;
     let (c, out) = run(&opts);
     assert!(c.violations.is_empty(), "{out}");
     assert!(out.trim_end().ends_with("violations: 0"), "{out}");

@@ -2,7 +2,7 @@
 # Runs a command on the multi-host netfs rig and tears the rig down afterwards, whatever
 # happens (trap):
 #
-#   tests/netfs/run.sh cargo test --test netfs -- --nocapture
+#   tests/netfs/run.sh cargo test --test netfs -- --ignored --nocapture
 #
 # Sets the rig up with `setup.sh --netns` (installs openssh-server, openssh-client,
 # sshfs and fuse3 with apt-get if missing; a private sshd on 127.0.0.1 and on three
