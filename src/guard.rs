@@ -181,6 +181,125 @@ impl Drop for Held {
     }
 }
 
+/// The methods both guards have, written once: each delegates to [`Held`]. Arguments:
+/// the guard type, its file as the docs name it, the `DirLock` method that takes it, a
+/// variable name for the examples, and the file as "someone removes ..." names it.
+macro_rules! guard_methods {
+    ($guard:ident, $file:literal, $take:literal, $v:literal, $removed:literal) => {
+        impl $guard {
+            #[doc = concat!(
+                "Releases the lock, reporting any error (dropping the guard discards it).\n\n",
+                "# Errors\n\n",
+                "[`Error::LockLost`] if ", $file, " is no longer ours (removed or replaced ",
+                "by someone else while held: a `cleanup --all`, or a lease judged elsewhere ",
+                "while this process was paused; then nothing is removed), and [`Error::Io`] ",
+                "if removing it failed.\n\n",
+                "# Examples\n\n",
+                "```\n",
+                "let dir = tempfile::tempdir()?;\n",
+                "let lock = rwdir::DirLock::new(dir.path())?;\n",
+                "let ", $v, " = lock.", $take, "()?;\n",
+                $v, ".release()?; // errors are reported, not swallowed as by drop\n",
+                "assert!(lock.status()?.is_free());\n",
+                "# Ok::<(), Box<dyn std::error::Error>>(())\n",
+                "```"
+            )]
+            pub fn release(self) -> Result<()> {
+                let r = self.held.release();
+                drop(self);
+                r
+            }
+
+            #[doc = concat!(
+                "Checks, now, that the lock is still held: ", $file, " exists and is ours.\n\n",
+                "# Errors\n\n",
+                "[`Error::LockLost`] if it is not.\n\n",
+                "# Examples\n\n",
+                "```\n",
+                "let dir = tempfile::tempdir()?;\n",
+                "let lock = rwdir::DirLock::new(dir.path())?;\n",
+                "let ", $v, " = lock.", $take, "()?;\n",
+                $v, ".check()?;\n",
+                "std::fs::remove_file(", $v, ".path())?; // someone removes ", $removed, "\n",
+                "assert!(matches!(", $v, ".check(), Err(rwdir::Error::LockLost { .. })));\n",
+                "# Ok::<(), Box<dyn std::error::Error>>(())\n",
+                "```"
+            )]
+            pub fn check(&self) -> Result<()> {
+                self.held.check()
+            }
+
+            #[doc = concat!(
+                "Refreshes the lock now, as one beat of the background heartbeat does: ",
+                "checks that ", $file, " is still ours, sets its mtime to now, and checks ",
+                "again.\n\n",
+                "With [`Builder::background_heartbeat(false)`](crate::Builder::background_heartbeat), ",
+                "call it at least every lease/3 while holding the lock, or holders on other ",
+                "hosts treat the lock as stale once the lease has passed. With the ",
+                "background heartbeat on, it is never needed.\n\n",
+                "# Errors\n\n",
+                "[`Error::LockLost`], as [`", stringify!($guard), "::check`], if the file is ",
+                "gone, was replaced, or its filesystem went away; the guard then counts as ",
+                "lost ([`", stringify!($guard), "::is_lost`]).\n\n",
+                "# Examples\n\n",
+                "```\n",
+                "let dir = tempfile::tempdir().expect(\"a temporary directory\");\n",
+                "let lock = rwdir::DirLock::builder(dir.path())\n",
+                "    .background_heartbeat(false)\n",
+                "    .build()?;\n",
+                "let ", $v, " = lock.", $take, "()?;\n",
+                $v, ".refresh()?;\n",
+                "std::fs::remove_file(", $v, ".path()).expect(\"remove\"); // someone removes ", $removed, "\n",
+                "assert!(matches!(", $v, ".refresh(), Err(rwdir::Error::LockLost { .. })));\n",
+                "assert!(", $v, ".is_lost());\n",
+                "# Ok::<(), rwdir::Error>(())\n",
+                "```"
+            )]
+            pub fn refresh(&self) -> Result<()> {
+                self.held.refresh()
+            }
+
+            #[doc = concat!(
+                "Whether the background heartbeat (or a [`", stringify!($guard),
+                "::refresh`] or [`", stringify!($guard), "::check`]) has found the lock ",
+                "lost. Cheap: no system call.\n\n",
+                "# Examples\n\n",
+                "```\n",
+                "let dir = tempfile::tempdir()?;\n",
+                "let lock = rwdir::DirLock::new(dir.path())?;\n",
+                "let ", $v, " = lock.", $take, "()?;\n",
+                "assert!(!", $v, ".is_lost());\n",
+                "# Ok::<(), Box<dyn std::error::Error>>(())\n",
+                "```"
+            )]
+            pub fn is_lost(&self) -> bool {
+                self.held.lost.load(Ordering::Relaxed)
+            }
+
+            #[doc = concat!(
+                "The path of ", $file, ".\n\n",
+                "# Examples\n\n",
+                "```\n",
+                "let dir = tempfile::tempdir()?;\n",
+                "let lock = rwdir::DirLock::new(dir.path())?;\n",
+                "let ", $v, " = lock.", $take, "()?;\n",
+                "assert!(", $v, ".path().starts_with(dir.path().join(\".rwdir\")));\n",
+                "# Ok::<(), Box<dyn std::error::Error>>(())\n",
+                "```"
+            )]
+            pub fn path(&self) -> std::path::PathBuf {
+                self.held.path()
+            }
+        }
+
+        impl Drop for $guard {
+            fn drop(&mut self) {
+                let _ = self.held.release();
+            }
+        }
+    };
+}
+
 /// A shared (read) lock on a directory. Released when dropped.
 ///
 /// Owned (no lifetime), `Send` and `Sync`: it can be moved to another thread or kept in
@@ -228,113 +347,15 @@ impl ReadGuard {
     pub(crate) fn new(held: Arc<Held>) -> ReadGuard {
         ReadGuard { held }
     }
-
-    /// Releases the lock, reporting any error (dropping the guard discards it).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::LockLost`] if the reader's file was removed by someone else while held
-    /// (for example by a `cleanup --all` or a lease judged on another host), and
-    /// [`Error::Io`] if removing the file failed.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let dir = tempfile::tempdir()?;
-    /// let lock = rwdir::DirLock::new(dir.path())?;
-    /// let r = lock.read()?;
-    /// r.release()?; // errors are reported, not swallowed as by drop
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn release(self) -> Result<()> {
-        let r = self.held.release();
-        drop(self);
-        r
-    }
-
-    /// Checks, now, that the lock is still held: the reader's file exists and is ours.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::LockLost`] if it is not.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let dir = tempfile::tempdir()?;
-    /// let lock = rwdir::DirLock::new(dir.path())?;
-    /// let r = lock.read()?;
-    /// r.check()?;
-    /// std::fs::remove_file(r.path())?; // someone removes our file
-    /// assert!(matches!(r.check(), Err(rwdir::Error::LockLost { .. })));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn check(&self) -> Result<()> {
-        self.held.check()
-    }
-
-    /// Refreshes the lock now, as one beat of the background heartbeat does: checks that
-    /// the reader's file is still ours, sets its mtime to now, and checks again.
-    ///
-    /// With [`Builder::background_heartbeat(false)`](crate::Builder::background_heartbeat),
-    /// call it at least every lease/3 while holding the lock, or holders on other hosts
-    /// treat the lock as stale once the lease has passed. With the background heartbeat
-    /// on, it is never needed.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::LockLost`], as [`ReadGuard::check`], if the file is gone, was replaced,
-    /// or its filesystem went away; the guard then counts as lost
-    /// ([`ReadGuard::is_lost`]).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let dir = tempfile::tempdir().expect("a temporary directory");
-    /// let lock = rwdir::DirLock::builder(dir.path())
-    ///     .background_heartbeat(false)
-    ///     .build()?;
-    /// let r = lock.read()?;
-    /// r.refresh()?;
-    /// std::fs::remove_file(r.path()).expect("remove"); // someone removes our file
-    /// assert!(matches!(r.refresh(), Err(rwdir::Error::LockLost { .. })));
-    /// assert!(r.is_lost());
-    /// # Ok::<(), rwdir::Error>(())
-    /// ```
-    pub fn refresh(&self) -> Result<()> {
-        self.held.refresh()
-    }
-
-    /// Whether the background heartbeat has found the lock lost (cheap; no system call).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let dir = tempfile::tempdir()?;
-    /// let lock = rwdir::DirLock::new(dir.path())?;
-    /// let r = lock.read()?;
-    /// assert!(!r.is_lost());
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn is_lost(&self) -> bool {
-        self.held.lost.load(Ordering::Relaxed)
-    }
-
-    /// The path of this reader's lock file.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let dir = tempfile::tempdir()?;
-    /// let lock = rwdir::DirLock::new(dir.path())?;
-    /// let r = lock.read()?;
-    /// assert!(r.path().starts_with(dir.path().join(".rwdir")));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn path(&self) -> std::path::PathBuf {
-        self.held.path()
-    }
 }
+
+guard_methods!(
+    ReadGuard,
+    "the reader's file",
+    "read",
+    "r",
+    "a reader's file"
+);
 
 impl WriteGuard {
     pub(crate) fn new(held: Arc<Held>, token: u64) -> WriteGuard {
@@ -358,111 +379,6 @@ impl WriteGuard {
     /// ```
     pub fn token(&self) -> u64 {
         self.token
-    }
-
-    /// Releases the lock, reporting any error (dropping the guard discards it).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::LockLost`] if `.master_lock` is no longer ours (then nothing is removed),
-    /// and [`Error::Io`] if removing it failed.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let dir = tempfile::tempdir()?;
-    /// let lock = rwdir::DirLock::new(dir.path())?;
-    /// let w = lock.write()?;
-    /// w.release()?;
-    /// assert!(lock.status()?.is_free());
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn release(self) -> Result<()> {
-        let r = self.held.release();
-        drop(self);
-        r
-    }
-
-    /// Checks, now, that the lock is still held: `.master_lock` exists and is ours.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::LockLost`] if it is not.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let dir = tempfile::tempdir()?;
-    /// let lock = rwdir::DirLock::new(dir.path())?;
-    /// let w = lock.write()?;
-    /// w.check()?;
-    /// std::fs::remove_file(w.path())?; // someone removes `.master_lock`
-    /// assert!(matches!(w.check(), Err(rwdir::Error::LockLost { .. })));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn check(&self) -> Result<()> {
-        self.held.check()
-    }
-
-    /// Refreshes the lock now, as one beat of the background heartbeat does: checks that
-    /// `.master_lock` is still ours, sets its mtime to now, and checks again.
-    ///
-    /// With [`Builder::background_heartbeat(false)`](crate::Builder::background_heartbeat),
-    /// call it at least every lease/3 while holding the lock, or holders on other hosts
-    /// treat the lock as stale once the lease has passed. With the background heartbeat
-    /// on, it is never needed.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::LockLost`], as [`WriteGuard::check`], if `.master_lock` is gone, was
-    /// replaced, or its filesystem went away; the guard then counts as lost
-    /// ([`WriteGuard::is_lost`]).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let dir = tempfile::tempdir().expect("a temporary directory");
-    /// let lock = rwdir::DirLock::builder(dir.path())
-    ///     .background_heartbeat(false)
-    ///     .build()?;
-    /// let w = lock.write()?;
-    /// w.refresh()?;
-    /// std::fs::remove_file(w.path()).expect("remove"); // someone removes `.master_lock`
-    /// assert!(matches!(w.refresh(), Err(rwdir::Error::LockLost { .. })));
-    /// # Ok::<(), rwdir::Error>(())
-    /// ```
-    pub fn refresh(&self) -> Result<()> {
-        self.held.refresh()
-    }
-
-    /// Whether the background heartbeat has found the lock lost (cheap; no system call).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let dir = tempfile::tempdir()?;
-    /// let lock = rwdir::DirLock::new(dir.path())?;
-    /// let w = lock.write()?;
-    /// assert!(!w.is_lost());
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn is_lost(&self) -> bool {
-        self.held.lost.load(Ordering::Relaxed)
-    }
-
-    /// The path of `.master_lock`.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let dir = tempfile::tempdir()?;
-    /// let lock = rwdir::DirLock::new(dir.path())?;
-    /// let w = lock.write()?;
-    /// assert_eq!(w.path(), dir.path().join(".rwdir/.master_lock"));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn path(&self) -> std::path::PathBuf {
-        self.held.path()
     }
 
     /// Turns the write lock into a read lock without letting any other writer in: the
@@ -514,6 +430,8 @@ impl WriteGuard {
         Ok(reader)
     }
 }
+
+guard_methods!(WriteGuard, "`.master_lock`", "write", "w", "`.master_lock`");
 
 /// One heartbeat thread per process, shared by every held lock file. Registering a file
 /// only pushes it on a list: the thread is woken only if the new file needs beats more
@@ -632,18 +550,6 @@ mod heartbeat {
                 h.heartbeat();
             }
         }
-    }
-}
-
-impl Drop for ReadGuard {
-    fn drop(&mut self) {
-        let _ = self.held.release();
-    }
-}
-
-impl Drop for WriteGuard {
-    fn drop(&mut self) {
-        let _ = self.held.release();
     }
 }
 
