@@ -9,6 +9,74 @@ use crate::entry::Entry;
 /// A specialised `Result` whose error is [`enum@Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// What [`Error::PermissionDenied`] says was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Refused {
+    /// Creating the state directory in the locked directory.
+    CreateStateDir,
+    /// Opening the state directory.
+    OpenStateDir,
+    /// Creating a lock file in the state directory.
+    CreateLockFile,
+    /// Removing another user's lock file from the state directory.
+    RemoveLockFile,
+}
+
+impl Refused {
+    /// The facts, worded for an error message.
+    fn describe(self, dir: &Path, owner: &Owner) -> String {
+        let dir = dir.display();
+        match self {
+            Refused::CreateStateDir => {
+                format!("this user may not create it in `{dir}`, which belongs to {owner}")
+            }
+            Refused::OpenStateDir => format!("this user may not open it: it belongs to {owner}"),
+            Refused::CreateLockFile => {
+                format!("this user may not create files in `{dir}`, which belongs to {owner}")
+            }
+            Refused::RemoveLockFile => format!(
+                "it belongs to {}, and this user may not remove files of others from `{dir}`",
+                owner.name()
+            ),
+        }
+    }
+}
+
+/// The owner and mode of a file or directory, as `lstat` gave them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Owner {
+    /// The owner's user id.
+    pub uid: u32,
+    /// The owner's user name, if it has one here.
+    pub user: Option<String>,
+    /// The group's id.
+    pub gid: u32,
+    /// The group's name, if it has one here.
+    pub group: Option<String>,
+    /// The permission bits (`st_mode & 0o7777`).
+    pub mode: u32,
+}
+
+impl Owner {
+    /// `user alice (uid 1001)`, or `uid 1001` without a name.
+    pub fn name(&self) -> String {
+        match &self.user {
+            Some(u) => format!("user {u} (uid {})", self.uid),
+            None => format!("uid {}", self.uid),
+        }
+    }
+}
+
+/// `user alice (uid 1001), group staff, mode 2755`.
+impl std::fmt::Display for Owner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let group = self.group.clone().unwrap_or_else(|| self.gid.to_string());
+        write!(f, "{}, group {group}, mode {:04o}", self.name(), self.mode)
+    }
+}
+
 /// Everything that can go wrong while taking, holding or inspecting a lock.
 ///
 /// Every filesystem variant names the path it failed on and keeps the underlying
@@ -45,22 +113,24 @@ pub enum Error {
         source: io::Error,
     },
     /// A lock file (or the state directory) could not be created or removed for lack of
-    /// permission: several users share the directory, but it is not set up for that
-    /// (`docs/multi-user.md`). The message names whose file or directory is in the way
-    /// and what to do.
-    #[error("failed to {action} `{}`: {detail}", path.display())]
+    /// permission: several users share the directory, but it is not set up for that. The
+    /// error carries the facts (what was refused, in which directory, whose file or
+    /// directory is in the way, its mode); what to do about it is the caller's to say
+    /// (the `rwdir` command says it, and `docs/multi-user.md` explains the set-up).
+    #[error("failed to {action} `{}`: {}", path.display(), refused.describe(dir, owner))]
     PermissionDenied {
         /// What was being done, as a verb phrase ("remove lock file").
         action: &'static str,
         /// The path the operation was on.
         path: PathBuf,
-        /// The owner of what is in the way: the lock file that could not be removed, or
-        /// the directory in which it could not be created.
-        uid: u32,
-        /// That owner's user name, if it has one here.
-        user: Option<String>,
-        /// Whose it is, and what to do about it.
-        detail: String,
+        /// What was refused.
+        refused: Refused,
+        /// The directory whose permissions refused it: the state directory for a lock
+        /// file, the locked directory for the state directory.
+        dir: PathBuf,
+        /// The owner and mode of what is in the way: the lock file that could not be
+        /// removed, or the directory in which nothing could be created.
+        owner: Box<Owner>,
         /// The operating system's error (`EACCES` or `EPERM`).
         #[source]
         source: io::Error,

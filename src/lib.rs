@@ -137,7 +137,7 @@ mod sys;
 mod wait;
 
 pub use entry::Entry;
-pub use error::{Error, Result};
+pub use error::{Error, Owner, Refused, Result};
 pub use guard::{ReadGuard, WriteGuard};
 pub use holder::{Holder, Kind};
 pub use liveness::Liveness;

@@ -367,7 +367,9 @@ fn ops_child() {
             let pid = e.holder().and_then(|h| h.holder.as_ref()).map(|h| h.pid);
             format!("busy {} {e}", pid.unwrap_or(0))
         }
-        Err(ref e @ Error::PermissionDenied { uid, .. }) => format!("denied {uid} {e}"),
+        Err(ref e @ Error::PermissionDenied { ref owner, .. }) => {
+            format!("denied {} {e}", owner.uid)
+        }
         Err(e) => format!("err {:?} {e}", e.kind()),
     };
     for op in std::env::var(ARG_ENV).expect("ops").split(',') {
@@ -636,10 +638,21 @@ fn lock_files_follow_each_users_umask_and_the_group() {
         .expect(0);
 }
 
-/// The expected parts of a "cannot remove another user's file" message.
-fn assert_names_owner_and_remedy(text: &str, owner: &User, dir: &str, what: &str) {
+/// The facts of a "cannot remove another user's file" error, as the library words them.
+fn assert_names_owner(text: &str, owner: &User, dir: &str, what: &str) {
     for part in [
         format!("user {} (uid {})", owner.name, owner.uid),
+        format!("may not remove files of others from `{dir}/.rwdir`"),
+    ] {
+        assert!(text.contains(&part), "{what}: lacks {part:?}:\n{text}");
+    }
+}
+
+/// The expected parts of a "cannot remove another user's file" message of the command:
+/// the facts, and what to do.
+fn assert_names_owner_and_remedy(text: &str, owner: &User, dir: &str, what: &str) {
+    assert_names_owner(text, owner, dir, what);
+    for part in [
         format!("ask {} or an administrator", owner.name),
         format!("`rwdir cleanup {dir}`"),
         "chmod 2775".to_string(),
@@ -694,7 +707,8 @@ fn a_dead_lock_that_cannot_be_removed_names_its_owner_and_what_to_do() {
             answer.starts_with(&format!("denied {} ", alice.uid)),
             "{a:?}"
         );
-        assert_names_owner_and_remedy(answer, alice, &d, "library");
+        // The library says the facts; what to do is the command's to say.
+        assert_names_owner(answer, alice, &d, "library");
     }
     // Doing what it says works: alice runs cleanup, and bob gets in.
     team.rwdir(alice, "002", &["cleanup", &d]).expect(0);

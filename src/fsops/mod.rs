@@ -22,7 +22,7 @@ mod own;
 mod read;
 
 pub(crate) use create::{Created, Spare};
-use denied::{denied, denied_create_state};
+use denied::{denied_create_state, denied_open_state};
 pub(crate) use read::Found;
 use read::file_type;
 
@@ -216,16 +216,7 @@ impl StateDir {
                 }
                 Err(e) => {
                     let st = fstatat(&parent_fd, leaf, AtFlags::AT_SYMLINK_NOFOLLOW);
-                    return Err(denied("open state directory", path.clone(), e, st, |who| {
-                        format!(
-                            "this user may not open it: it belongs to {}; ask {} or an \
-                                 administrator to make it group-accessible and setgid \
-                                 (`chmod 2775`) for a group this user is in (see \
-                                 docs/multi-user.md)",
-                            who.describe(),
-                            who.ask()
-                        )
-                    }));
+                    return Err(denied_open_state(e, st, path));
                 }
             }
         }

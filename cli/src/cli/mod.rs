@@ -158,8 +158,62 @@ pub(crate) fn report(err: &Error) {
         Error::Lost(_) => {}
         // `rwdir status | head -1`: not worth a word.
         Error::Output(e) if e.kind() == io::ErrorKind::BrokenPipe => {}
+        Error::Lock(e) | Error::Dir(e) => match advice(e) {
+            Some(advice) => say(&format!("{}; {advice}", message(err))),
+            None => say(&message(err)),
+        },
         _ => say(&message(err)),
     }
+}
+
+/// What to do about a lock error, where the command can tell: for a refused permission,
+/// whom to ask for what (the library's error carries only the facts).
+fn advice(err: &rwdir::Error) -> Option<String> {
+    let rwdir::Error::PermissionDenied {
+        path,
+        refused,
+        dir,
+        owner,
+        ..
+    } = err
+    else {
+        return None;
+    };
+    let ask = owner
+        .user
+        .clone()
+        .unwrap_or_else(|| format!("the user with uid {}", owner.uid));
+    Some(match refused {
+        rwdir::Refused::CreateStateDir => format!(
+            "ask {ask} or an administrator to make it for the users who share the directory \
+             (`mkdir -m 2775 {}` and `chgrp` it to their group; see docs/multi-user.md)",
+            path.display()
+        ),
+        rwdir::Refused::OpenStateDir => format!(
+            "ask {ask} or an administrator to make `{}` group-accessible and setgid \
+             (`chmod 2775`) for a group this user is in (see docs/multi-user.md)",
+            dir.display()
+        ),
+        rwdir::Refused::CreateLockFile => format!(
+            "ask {ask} or an administrator to make `{}` group-writable and setgid \
+             (`chmod 2775`) for a group this user is in (see docs/multi-user.md)",
+            dir.display()
+        ),
+        rwdir::Refused::RemoveLockFile => {
+            let cleanup = match (dir.file_name(), dir.parent()) {
+                (Some(leaf), Some(locked)) if leaf == ".rwdir" => {
+                    format!("run `rwdir cleanup {}`", locked.display())
+                }
+                _ => "remove it".to_string(),
+            };
+            format!(
+                "ask {ask} or an administrator to {cleanup}, or make `{}` group-writable, \
+                 setgid and not sticky (`chmod 2775`; see docs/multi-user.md)",
+                dir.display()
+            )
+        }
+        _ => return None,
+    })
 }
 
 /// Prints `rwdir: LINE` on standard error. Unlike `eprintln!`, never panics: a closed
