@@ -1,6 +1,6 @@
 /* The floor of a lock-file hand-off: the system calls rwdir makes between a release and
  * the waiter's return, in C, with nothing else around them. Not part of the build; a
- * probe behind BENCHMARKS.md ("The hand-off target: where it stands").
+ * probe behind docs/notes/handoff.md ("The floor: the same calls from C").
  *   cc -O2 -o handoff_floor handoff_floor.c && ./handoff_floor MODE
  * Prints the median and p90 of t' - t in microseconds over 300 hand-offs, and the median
  * time the release itself took (flock: the close; else fstatat + unlink), where t is taken

@@ -1,5 +1,5 @@
 /* The system calls of an rwdir hand-off, timed step by step right after the wake-up.
- * Not part of the build; a probe behind the figures in BENCHMARKS.md.
+ * Not part of the build; a probe behind docs/notes/handoff.md ("Where the time goes").
  *   cc -O2 -o handoff_steps handoff_steps.c && ./handoff_steps 0 && ./handoff_steps 1
  * 0: a holder removes "master" (fstatat + unlink) while a waiter blocks in ppoll on an
  *    inotify watch; the waiter then reads the event, links a prepared O_TMPFILE, unlinks

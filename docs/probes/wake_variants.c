@@ -1,5 +1,5 @@
 /* How a waiter blocks on inotify, and what that costs a hand-off. Not part of the build;
- * a probe behind BENCHMARKS.md ("What would meet it").
+ * a probe behind docs/notes/handoff.md ("What would meet it").
  *   cc -O2 -o wake_variants wake_variants.c && ./wake_variants V
  * t = the holder right before its release action, t' = the waiter right after its
  * blocking call returns; prints the median and p90 over 300 hand-offs, in microseconds.
