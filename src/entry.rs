@@ -37,7 +37,9 @@ pub struct Entry {
     pub mtime: SystemTime,
     /// The verdict on the owner.
     pub liveness: Liveness,
-    /// Whether it is a regular file.
+    /// Whether it is a regular file. For rwdir's own tests; not covered by the
+    /// stability promise (see the crate docs).
+    #[doc(hidden)]
     pub regular: bool,
 }
 
@@ -60,6 +62,7 @@ impl Entry {
             Kind::Write => "writer",
             Kind::Pending => "pending writer",
             Kind::Break => "lock breaker",
+            Kind::Temporary => "file being created",
             Kind::Token => "token",
         };
         match &self.holder {

@@ -183,8 +183,12 @@ pub enum NameFields {
 }
 
 impl NameFields {
-    /// The lock name.
-    pub fn to_name(self) -> LockName {
+    /// The lock file's name, as it stands in the state directory.
+    pub fn file_name(self) -> String {
+        self.to_name().to_string()
+    }
+
+    fn to_name(self) -> LockName {
         let u = Uuid::from_u128;
         match self {
             NameFields::Master => LockName::Master,
@@ -197,8 +201,8 @@ impl NameFields {
     }
 }
 
-/// Target `lock_name_parse`: [`lock_name_parse`] on the whole input and on each of its
-/// `/`-separated parts (a `/` never occurs in a file name), then [`lock_name_order`] on
+/// Target `lock_name_parse`: `lock_name_parse` on the whole input and on each of its
+/// `/`-separated parts (a `/` never occurs in a file name), then `lock_name_order` on
 /// the names parsed and the names `built` from fields.
 pub fn lock_name_target(data: &[u8], built: &[NameFields]) {
     lock_name_parse(data);
@@ -212,7 +216,7 @@ pub fn lock_name_target(data: &[u8], built: &[NameFields]) {
 
 /// Arbitrary bytes: [`LockName::parse`] never panics, and a name it accepts is
 /// canonical: formatting gives back exactly the input, which parses to the same name.
-pub fn lock_name_parse(data: &[u8]) -> Option<LockName> {
+fn lock_name_parse(data: &[u8]) -> Option<LockName> {
     let n = LockName::parse(data)?;
     let s = n.to_string();
     assert!(
@@ -231,7 +235,7 @@ pub fn lock_name_parse(data: &[u8]) -> Option<LockName> {
 /// Any names: each round-trips through its text, `order_key` is a total order equal to
 /// `(ns, uuid)` compared as numbers, and `Listing::from_names` keeps every name, in
 /// queue order.
-pub fn lock_name_order(names: &[LockName]) {
+fn lock_name_order(names: &[LockName]) {
     for n in names {
         assert_eq!(LockName::parse(n.to_string().as_bytes()), Some(*n), "{n:?}");
     }
@@ -476,7 +480,7 @@ pub enum MtimeSpec {
 pub enum Op {
     /// `status()`.
     Status,
-    /// `cleanup_plan(all)`.
+    /// `cleanup_plan()` or `cleanup_all_plan()`.
     Plan {
         /// `cleanup --all`'s plan.
         all: bool,
@@ -795,7 +799,11 @@ impl Scanner {
                 self.check_status(&st, me, planted, guards, what);
             }
             Op::Plan { all } => {
-                let plan = lock.cleanup_plan(all)?;
+                let plan = if all {
+                    lock.cleanup_all_plan()?
+                } else {
+                    lock.cleanup_plan()?
+                };
                 self.check_plan(&plan, all, planted, what);
             }
             Op::TryRead { hold } => {
@@ -1198,7 +1206,8 @@ impl Scanner {
             LockName::Master => Kind::Write,
             LockName::Pending { .. } => Kind::Pending,
             LockName::Slave { .. } => Kind::Read,
-            LockName::Break { .. } | LockName::Tmp { .. } => Kind::Break,
+            LockName::Break { .. } => Kind::Break,
+            LockName::Tmp { .. } => Kind::Temporary,
             LockName::Token(_) => Kind::Token,
         };
         assert_eq!(e.kind, kind, "{what}: {e:?}");

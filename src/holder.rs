@@ -38,6 +38,9 @@ pub enum Kind {
     Break,
     /// A fencing-token file (`.token-*`).
     Token,
+    /// A file being created (`.tmp-*`), before it gets its name; `status` lists it
+    /// under `other`, and `cleanup` removes it once its owner is dead.
+    Temporary,
 }
 
 impl Kind {
@@ -57,6 +60,7 @@ impl Kind {
             Kind::Pending => "pending",
             Kind::Break => "break",
             Kind::Token => "token",
+            Kind::Temporary => "tmp",
         }
     }
 
@@ -67,6 +71,7 @@ impl Kind {
             "pending" => Kind::Pending,
             "break" => Kind::Break,
             "token" => Kind::Token,
+            "tmp" => Kind::Temporary,
             _ => return None,
         })
     }
@@ -132,7 +137,9 @@ impl Holder {
     }
 
     /// Serialises the record. The last line is a checksum of everything before it, so a
-    /// record cut short (or grown) never parses.
+    /// record cut short (or grown) never parses. The on-disk format is not part of the
+    /// API (see the crate docs' stability promise): for rwdir's own tests and fuzzing.
+    #[doc(hidden)]
     pub fn format(&self) -> String {
         let mut s = String::with_capacity(320);
         // Writing to a String cannot fail.
@@ -157,6 +164,8 @@ impl Holder {
 
     /// Parses a record. Anything but a complete, well-formed record of a known version
     /// gives `None`: such a file is *malformed* and counts as held until its lease ends.
+    /// Not part of the API, as [`Holder::format`].
+    #[doc(hidden)]
     pub fn parse(bytes: &[u8]) -> Option<Holder> {
         if bytes.len() > MAX_RECORD {
             return None;

@@ -104,7 +104,8 @@ impl<'a> Judge<'a> {
             LockName::Master => Kind::Write,
             LockName::Pending { .. } => Kind::Pending,
             LockName::Slave { .. } => Kind::Read,
-            LockName::Break { .. } | LockName::Tmp { .. } => Kind::Break,
+            LockName::Break { .. } => Kind::Break,
+            LockName::Tmp { .. } => Kind::Temporary,
             LockName::Token(_) => Kind::Token,
         };
         Ok(Some(Entry {

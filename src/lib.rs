@@ -104,6 +104,21 @@
 //! runs again, two writers may work at once: only the fencing token protects a resource
 //! that rejects stale tokens.
 //!
+//! # Stability
+//!
+//! Covered by semantic versioning: every item in these docs: [`DirLock`] and its
+//! [`Builder`], the guards, [`Status`], [`Entry`], [`Holder`] and [`Kind`] as values,
+//! [`Liveness`], [`Error`] with [`Refused`] and [`Owner`], [`Cancel`], and the meaning of
+//! the lock files in `DIR/.rwdir/` (their names, and what one process may rely on from
+//! another of a different rwdir version: the names, exclusive creation, and that a
+//! file's mtime is its owner's heartbeat). The enums and structs marked
+//! `#[non_exhaustive]` may gain variants or fields in a minor release.
+//!
+//! Not covered: items hidden from these docs (the on-disk record format behind
+//! `Holder::format` and `Holder::parse`, `Entry::regular`, and the `fuzzing` feature's
+//! module), which exist for rwdir's own tests and fuzz targets; the wording of error
+//! messages; timings.
+//!
 //! # Pitfalls
 //!
 //! - The lock is **advisory**: it excludes only processes that take it. Anyone with
@@ -145,7 +160,6 @@ pub use lock::{
     Builder, Cancel, DEFAULT_LEASE, DEFAULT_MAX_POLL, DEFAULT_MIN_POLL, DirLock, cleanup,
     cleanup_all,
 };
-pub use names::LockName;
 pub use status::Status;
 
 #[cfg(doctest)]

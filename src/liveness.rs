@@ -17,6 +17,7 @@ use crate::sys::{self, Probe};
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Liveness {
     /// The owner runs on this host, in this pid namespace, and is alive (or it is this
     /// very process).

@@ -616,8 +616,7 @@ impl DirLock {
         self.cleanup_with(false, false)
     }
 
-    /// What [`DirLock::cleanup`] (or, with `all`, [`DirLock::cleanup_all`]) would remove
-    /// now, without removing anything.
+    /// What [`DirLock::cleanup`] would remove now, without removing anything.
     ///
     /// # Errors
     ///
@@ -629,12 +628,30 @@ impl DirLock {
     /// let dir = tempfile::tempdir()?;
     /// let lock = rwdir::DirLock::new(dir.path())?;
     /// let _r = lock.read()?;
-    /// assert!(lock.cleanup_plan(false)?.is_empty());
-    /// assert_eq!(lock.cleanup_plan(true)?.len(), 1);
+    /// assert!(lock.cleanup_plan()?.is_empty()); // our own reader is alive
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn cleanup_plan(&self, all: bool) -> Result<Vec<Entry>> {
-        self.cleanup_with(all, true)
+    pub fn cleanup_plan(&self) -> Result<Vec<Entry>> {
+        self.cleanup_with(false, true)
+    }
+
+    /// What [`DirLock::cleanup_all`] would remove now, without removing anything.
+    ///
+    /// # Errors
+    ///
+    /// As [`DirLock::status`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let lock = rwdir::DirLock::new(dir.path())?;
+    /// let _r = lock.read()?;
+    /// assert_eq!(lock.cleanup_all_plan()?.len(), 1); // live or not
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn cleanup_all_plan(&self) -> Result<Vec<Entry>> {
+        self.cleanup_with(true, true)
     }
 
     /// Removes **every** lock file, live or dead, keeping only the highest fencing token

@@ -11,17 +11,8 @@ const TMP: &str = ".tmp-";
 const TOKEN: &str = ".token-";
 
 /// A name in the state directory, as the protocol sees it.
-///
-/// # Examples
-///
-/// ```
-/// use rwdir::LockName;
-/// assert_eq!(LockName::parse(b".master_lock"), Some(LockName::Master));
-/// assert_eq!(LockName::parse(b"notes.txt"), None); // foreign: never touched
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum LockName {
+pub(crate) enum LockName {
     /// `.master_lock`: the writer.
     Master,
     /// `.pending_lock-<uuid>-<ns>`: a queued writer.
@@ -58,18 +49,7 @@ impl LockName {
     /// Parsing is strict: uuids must be in lower-case hyphenated form and numbers in
     /// canonical decimal, so that `parse(format(x)) == x` and every lock file has exactly
     /// one name.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use rwdir::LockName;
-    /// let name = ".pending_lock-0b6f1a52-9f8e-4d3c-8a71-2c5e4f6a7b8c-1764523200123456789";
-    /// let parsed = LockName::parse(name.as_bytes()).expect("a queued writer");
-    /// assert_eq!(parsed.to_string(), name); // canonical
-    /// assert_eq!(LockName::parse(b".token-007"), None); // not canonical
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn parse(name: &[u8]) -> Option<LockName> {
+    pub(crate) fn parse(name: &[u8]) -> Option<LockName> {
         let name = std::str::from_utf8(name).ok()?;
         if name == MASTER {
             return Some(LockName::Master);
@@ -106,18 +86,7 @@ impl LockName {
     }
 
     /// The queue key of a pending writer or a breaker: `(ns, uuid)`.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use rwdir::LockName;
-    /// let a = LockName::parse(b".pending_lock-00000000-0000-4000-8000-000000000002-5").unwrap();
-    /// let b = LockName::parse(b".pending_lock-00000000-0000-4000-8000-000000000001-6").unwrap();
-    /// assert!(a.order_key() < b.order_key()); // ns first, then uuid
-    /// assert_eq!(LockName::Master.order_key(), None);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn order_key(&self) -> Option<(u64, Uuid)> {
+    pub(crate) fn order_key(&self) -> Option<(u64, Uuid)> {
         match *self {
             LockName::Pending { ns, uuid } | LockName::Break { ns, uuid } => Some((ns, uuid)),
             _ => None,
@@ -126,16 +95,7 @@ impl LockName {
 
     /// True for names whose uuid makes them unique, never reused: these may be removed
     /// by anyone once their owner is dead (`unlink_if_dead`).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use rwdir::LockName;
-    /// assert!(!LockName::Master.is_unique()); // the one reused name
-    /// assert!(LockName::parse(b".slave_lock-00000000-0000-4000-8000-000000000001").unwrap().is_unique());
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn is_unique(&self) -> bool {
+    pub(crate) fn is_unique(&self) -> bool {
         matches!(
             self,
             LockName::Pending { .. }
@@ -188,6 +148,40 @@ pub(crate) fn parse_uuid(s: &str) -> Option<Uuid> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_name_parses_only_in_canonical_form_and_foreign_names_are_none() {
+        assert_eq!(LockName::parse(b".master_lock"), Some(LockName::Master));
+        assert_eq!(LockName::parse(b"notes.txt"), None); // foreign: never touched
+    }
+
+    #[test]
+    fn parse_round_trips_canonical_names() {
+        let name = ".pending_lock-0b6f1a52-9f8e-4d3c-8a71-2c5e4f6a7b8c-1764523200123456789";
+        let parsed = LockName::parse(name.as_bytes()).expect("a queued writer");
+        assert_eq!(parsed.to_string(), name); // canonical
+        assert_eq!(LockName::parse(b".token-007"), None); // not canonical
+    }
+
+    #[test]
+    fn order_keys_sort_by_ns_then_uuid() {
+        let a = LockName::parse(b".pending_lock-00000000-0000-4000-8000-000000000002-5")
+            .expect("a name");
+        let b = LockName::parse(b".pending_lock-00000000-0000-4000-8000-000000000001-6")
+            .expect("a name");
+        assert!(a.order_key() < b.order_key()); // ns first, then uuid
+        assert_eq!(LockName::Master.order_key(), None);
+    }
+
+    #[test]
+    fn only_master_and_tokens_are_reused_names() {
+        assert!(!LockName::Master.is_unique()); // the one reused name
+        assert!(
+            LockName::parse(b".slave_lock-00000000-0000-4000-8000-000000000001")
+                .unwrap()
+                .is_unique()
+        );
+    }
 
     #[test]
     fn round_trip() {

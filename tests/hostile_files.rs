@@ -310,7 +310,7 @@ fn fifo_at_a_lock_name_never_blocks() {
                 l.try_write().map(drop),
                 l.try_read().map(drop),
                 l.status().map(|s| s.is_free()),
-                l.cleanup_plan(false).map(|v| v.len()),
+                l.cleanup_plan().map(|v| v.len()),
             )
         });
         assert_eq!(

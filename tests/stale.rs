@@ -371,7 +371,7 @@ fn cleanup_removes_only_dead_holders_files() {
 
     let before = names(&st);
     let plan: BTreeSet<String> = lk
-        .cleanup_plan(false)
+        .cleanup_plan()
         .expect("plan")
         .into_iter()
         .map(|e| e.name)

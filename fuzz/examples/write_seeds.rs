@@ -578,7 +578,7 @@ fn holder_and_name_seeds(out: &std::path::Path) {
         ("token-max", f::NameFields::Token(u64::MAX)),
     ];
     for (n, f) in all {
-        fs::write(l.join(format!("seed-{n}")), f.to_name().to_string()).unwrap();
+        fs::write(l.join(format!("seed-{n}")), f.file_name()).unwrap();
     }
     let queue = [
         f::NameFields::Pending { ns: 2, uuid: u },
@@ -589,7 +589,7 @@ fn holder_and_name_seeds(out: &std::path::Path) {
         f::NameFields::Token(7),
         f::NameFields::Token(3),
     ];
-    let joined: Vec<String> = queue.iter().map(|f| f.to_name().to_string()).collect();
+    let joined: Vec<String> = queue.iter().map(|f| f.file_name()).collect();
     fs::write(l.join("seed-queue"), joined.join("/")).unwrap();
     fs::write(l.join("seed-foreign"), ".nfs0000000000001234/.master_lock.bak/.token-007/.slave_lock-0A1B2C3D-0000-4000-8000-000000000001").unwrap();
 }

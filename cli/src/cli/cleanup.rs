@@ -22,7 +22,8 @@ pub(crate) fn run(args: &CleanupArgs, lease: Option<Duration>) -> Result<ExitCod
     }
     let lock = builder.build().map_err(Error::Dir)?;
     let removed = match (args.dry_run, args.all) {
-        (true, all) => lock.cleanup_plan(all)?,
+        (true, false) => lock.cleanup_plan()?,
+        (true, true) => lock.cleanup_all_plan()?,
         (false, true) => lock.cleanup_all()?,
         (false, false) => lock.cleanup()?,
     };
