@@ -193,29 +193,43 @@ pub(crate) enum FsKind {
     Remote,
 }
 
-const NFS_SUPER_MAGIC: i64 = 0x6969;
-const SMB_SUPER_MAGIC: i64 = 0x517b;
+/// Remote and cluster filesystems that nix does not name; the values are the kernel's
+/// (`include/uapi/linux/magic.h`, `fs/smb/client/cifsglob.h`, `fs/ceph/super.h`,
+/// `fs/gfs2/incore.h` via `gfs2_ondisk.h`).
 const CIFS_MAGIC_NUMBER: i64 = 0xff53_4d42;
 const SMB2_MAGIC_NUMBER: i64 = 0xfe53_4d42;
-const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
 const CEPH_SUPER_MAGIC: i64 = 0x00c3_6400;
-const CODA_SUPER_MAGIC: i64 = 0x7375_7245;
-const AFS_SUPER_MAGIC: i64 = 0x5346_414f;
 const V9FS_MAGIC: i64 = 0x0102_1997;
 const GFS2_MAGIC: i64 = 0x0116_1970;
-const OCFS2_SUPER_MAGIC: i64 = 0x7461_636f;
 
 /// Classifies the filesystem holding `fd` by its `statfs` magic number.
 pub(crate) fn fs_kind(fd: impl AsFd) -> FsKind {
+    use nix::sys::statfs::{
+        AFS_SUPER_MAGIC, CODA_SUPER_MAGIC, FUSE_SUPER_MAGIC, FsType, NFS_SUPER_MAGIC,
+        OCFS2_SUPER_MAGIC, SMB_SUPER_MAGIC,
+    };
     let Ok(st) = fstatfs(fd) else {
         return FsKind::Remote;
     };
+    let named: [FsType; 6] = [
+        NFS_SUPER_MAGIC,
+        SMB_SUPER_MAGIC,
+        FUSE_SUPER_MAGIC,
+        CODA_SUPER_MAGIC,
+        AFS_SUPER_MAGIC,
+        OCFS2_SUPER_MAGIC,
+    ];
+    if named.contains(&st.filesystem_type()) {
+        return FsKind::Remote;
+    }
+    // `f_type` is a signed long whose values above 2^31 come out negative on some
+    // targets: compare as the 32-bit pattern the kernel defines.
     #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
-    let magic = i64::from(st.filesystem_type().0 as i64);
+    let magic = i64::from(st.filesystem_type().0 as i64) & 0xffff_ffff;
     match magic {
-        NFS_SUPER_MAGIC | SMB_SUPER_MAGIC | CIFS_MAGIC_NUMBER | SMB2_MAGIC_NUMBER
-        | FUSE_SUPER_MAGIC | CEPH_SUPER_MAGIC | CODA_SUPER_MAGIC | AFS_SUPER_MAGIC | V9FS_MAGIC
-        | GFS2_MAGIC | OCFS2_SUPER_MAGIC => FsKind::Remote,
+        CIFS_MAGIC_NUMBER | SMB2_MAGIC_NUMBER | CEPH_SUPER_MAGIC | V9FS_MAGIC | GFS2_MAGIC => {
+            FsKind::Remote
+        }
         _ => FsKind::Local,
     }
 }

@@ -186,35 +186,19 @@ fn age_text(d: Duration) -> String {
     }
 }
 
-/// `YYYY-MM-DD HH:MM:SS` in UTC.
+/// `YYYY-MM-DD HH:MM:SS` in UTC. A record can say anything: times outside the years
+/// 1970 to 9999, which RFC 3339 formatting refuses, are said in words.
 fn utc(t: SystemTime) -> String {
-    let Ok(d) = t.duration_since(UNIX_EPOCH) else {
-        return "before 1970".into();
-    };
-    let secs = d.as_secs();
-    let (days, rem) = (secs / 86400, secs % 86400);
-    let (y, m, dd) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{dd:02} {:02}:{:02}:{:02}",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
-/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (H. Hinnant's
-/// `civil_from_days`).
-fn civil_from_days(days: u64) -> (u64, u64, u64) {
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + u64::from(m <= 2);
-    (y, m, d)
+    /// 10000-01-01T00:00:00Z.
+    const YEAR_10000: Duration = Duration::from_secs(253_402_300_800);
+    match t.duration_since(UNIX_EPOCH) {
+        Err(_) => "before 1970".into(),
+        Ok(d) if d >= YEAR_10000 => "after 9999".into(),
+        Ok(_) => humantime::format_rfc3339_seconds(t)
+            .to_string()
+            .trim_end_matches('Z')
+            .replacen('T', " ", 1),
+    }
 }
 
 #[cfg(test)]
@@ -223,9 +207,20 @@ mod tests {
 
     #[test]
     fn dates() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
-        assert_eq!(civil_from_days(20_454), (2026, 1, 1));
+        assert_eq!(utc(UNIX_EPOCH), "1970-01-01 00:00:00");
+        assert_eq!(
+            utc(UNIX_EPOCH + Duration::from_secs(951_782_400)),
+            "2000-02-29 00:00:00"
+        );
+        assert_eq!(utc(UNIX_EPOCH - Duration::from_secs(1)), "before 1970");
+        assert_eq!(
+            utc(UNIX_EPOCH + Duration::from_secs(253_402_300_800)),
+            "after 9999"
+        );
+        assert_eq!(
+            utc(UNIX_EPOCH + Duration::from_secs(253_402_300_799)),
+            "9999-12-31 23:59:59"
+        );
         assert_eq!(
             utc(UNIX_EPOCH + Duration::from_secs(1_700_000_000)),
             "2023-11-14 22:13:20"
