@@ -4,10 +4,10 @@ use std::fmt::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use rwdir::{DirLock, Entry};
+use rwdir::Entry;
 
 use super::args::CleanupArgs;
-use super::{Error, code, out};
+use super::{Error, builder, code, out};
 
 /// Runs `rwdir cleanup`: one line per (would-be) removal on stdout.
 ///
@@ -16,11 +16,7 @@ use super::{Error, code, out};
 /// [`Error::Dir`] if DIR cannot be used, [`Error::Lock`] if the state directory cannot
 /// be read or a file cannot be removed, [`Error::Output`] if stdout fails.
 pub(crate) fn run(args: &CleanupArgs, lease: Option<Duration>) -> Result<ExitCode, Error> {
-    let mut builder = DirLock::builder(&args.dir);
-    if let Some(lease) = lease {
-        builder = builder.lease(lease);
-    }
-    let lock = builder.build().map_err(Error::Dir)?;
+    let lock = builder(&args.dir, lease).build().map_err(Error::Dir)?;
     let removed = match (args.dry_run, args.all) {
         (true, false) => lock.cleanup_plan()?,
         (true, true) => lock.cleanup_all_plan()?,

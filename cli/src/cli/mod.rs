@@ -223,6 +223,15 @@ pub(crate) fn say(line: &str) {
     let _ = writeln!(io::stderr().lock(), "rwdir: {line}");
 }
 
+/// A lock builder for DIR with the global `--lease`, as every subcommand makes it.
+pub(crate) fn builder(dir: &std::path::Path, lease: Option<std::time::Duration>) -> rwdir::Builder {
+    let builder = rwdir::DirLock::builder(dir);
+    match lease {
+        Some(lease) => builder.lease(lease),
+        None => builder,
+    }
+}
+
 /// Writes to standard output, turning failures into [`Error::Output`].
 pub(crate) fn out(text: &str) -> Result<(), Error> {
     use std::io::Write as _;

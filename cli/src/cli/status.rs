@@ -4,11 +4,11 @@ use std::fmt::Write as _;
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rwdir::{DirLock, Entry, Liveness, Status};
+use rwdir::{Entry, Liveness, Status};
 use serde::Serialize;
 
 use super::args::StatusArgs;
-use super::{Error, code, out};
+use super::{Error, builder, code, out};
 
 /// Runs `rwdir status`.
 ///
@@ -17,11 +17,7 @@ use super::{Error, code, out};
 /// [`Error::Dir`] if DIR cannot be used, [`Error::Lock`] if the state directory cannot
 /// be read, [`Error::Output`] if stdout fails.
 pub(crate) fn run(args: &StatusArgs, lease: Option<Duration>) -> Result<ExitCode, Error> {
-    let mut builder = DirLock::builder(&args.dir);
-    if let Some(lease) = lease {
-        builder = builder.lease(lease);
-    }
-    let lock = builder.build().map_err(Error::Dir)?;
+    let lock = builder(&args.dir, lease).build().map_err(Error::Dir)?;
     let st = lock.status()?;
     let now = SystemTime::now();
     let text = if args.json {

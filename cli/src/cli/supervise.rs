@@ -35,7 +35,7 @@ use rwdir::{DirLock, Entry, ReadGuard, Status, WriteGuard};
 
 use super::args::LockArgs;
 use super::exec::{Child, Prepared, Started};
-use super::{Error, code, message, say};
+use super::{Error, builder, code, message, say};
 
 /// How often the lock is checked while COMMAND runs.
 const CHECK_EVERY: Duration = Duration::from_millis(500);
@@ -112,10 +112,7 @@ pub(crate) fn run(mode: Mode, args: &LockArgs, lease: Option<Duration>) -> Resul
     // Before the fork, while rwdir is one thread: check DIR and COMMAND, block the
     // signals we forward and SIGCHLD (a thread started later inherits the mask).
     // No heartbeat thread: the event loop refreshes the lock file itself.
-    let mut builder = DirLock::builder(&args.dir).background_heartbeat(false);
-    if let Some(lease) = lease {
-        builder = builder.lease(lease);
-    }
+    let builder = builder(&args.dir, lease).background_heartbeat(false);
     builder.clone().build().map_err(Error::Dir)?;
     // Leaked: COMMAND's process reads it, sharing our memory, until it execs.
     let cmd: &'static Prepared = Box::leak(Box::new(Prepared::new(
