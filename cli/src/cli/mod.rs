@@ -3,6 +3,7 @@
 pub(crate) mod args;
 pub(crate) mod cleanup;
 pub(crate) mod exec;
+pub(crate) mod spawn;
 pub(crate) mod status;
 pub(crate) mod supervise;
 

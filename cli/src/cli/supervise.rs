@@ -34,7 +34,8 @@ use nix::unistd::Pid;
 use rwdir::{DirLock, Entry, ReadGuard, Status, WriteGuard};
 
 use super::args::LockArgs;
-use super::exec::{Child, Prepared, Started};
+use super::exec::Prepared;
+use super::spawn::{Child, Started};
 use super::{Error, builder, code, message, say};
 
 /// How often the lock is checked while COMMAND runs.
