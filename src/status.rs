@@ -6,6 +6,7 @@ use crate::config::Config;
 use crate::entry::Entry;
 use crate::error::Result;
 use crate::fsops::StateDir;
+use crate::holder::Kind;
 use crate::judge::Judge;
 use crate::names::LockName;
 
@@ -55,6 +56,41 @@ impl Status {
     /// ```
     pub fn is_free(&self) -> bool {
         self.writer.is_none() && self.pending.is_empty() && self.readers.is_empty()
+    }
+
+    /// Who is in the way of taking a lock of kind `want` ([`Kind::Read`] or
+    /// [`Kind::Write`]): the writer, else the first queued writer, else, for a writer, a
+    /// reader. Holders judged dead are passed over (the next contender removes their
+    /// files), and so are the entries `ours` accepts: the caller's own files. A caller
+    /// whose own file is `.master_lock` waits for readers only, and one queued itself
+    /// waits only for the writers queued before it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let lock = rwdir::DirLock::new(dir.path())?;
+    /// let _r = lock.read()?;
+    /// let st = lock.status()?;
+    /// assert!(st.blocker(rwdir::Kind::Read, |_| false).is_none()); // readers share
+    /// let reader = st.blocker(rwdir::Kind::Write, |_| false).expect("the reader");
+    /// assert_eq!(reader.kind, rwdir::Kind::Read);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn blocker(&self, want: Kind, ours: impl Fn(&Entry) -> bool) -> Option<&Entry> {
+        let in_way = |e: &&Entry| !ours(e) && !e.liveness.is_dead();
+        let readers = || match want {
+            Kind::Write => self.readers.iter().find(in_way),
+            _ => None,
+        };
+        if self.writer.as_ref().is_some_and(&ours) {
+            return readers();
+        }
+        self.writer
+            .iter()
+            .find(in_way)
+            .or_else(|| self.pending.iter().take_while(|e| !ours(e)).find(in_way))
+            .or_else(readers)
     }
 }
 

@@ -17,6 +17,7 @@ use crate::holder::{Holder, Kind};
 use crate::judge::{Judge, Judged};
 use crate::names::LockName;
 use crate::notify::{self, Removed, Subscription};
+use crate::status;
 use crate::sys::{self, Identity};
 use crate::wait::{Backoff, Deadline};
 
@@ -662,24 +663,13 @@ fn exclusive_break(at: &mut Attempt<'_>, own: &Own, keep: &[&Own]) -> Result<boo
     Ok(false)
 }
 
-/// Who is in the way of an acquisition of kind `want`: the writer, else the oldest
-/// pending writer, else (for a writer) a reader. Only used to word errors.
+/// Who is in the way of an acquisition of kind `want` ([`crate::Status::blocker`]), our own
+/// queue file `exclude` passed over. Only used to word errors.
 fn blocker(sd: &StateDir, cfg: &Config, want: Kind, exclude: Option<&LockName>) -> Option<Entry> {
-    let l = sd.list().ok()?;
-    let mut candidates: Vec<LockName> = Vec::new();
-    if l.master {
-        candidates.push(LockName::Master);
-    }
-    candidates.extend(l.pending.iter().copied());
-    if want == Kind::Write {
-        candidates.extend(l.slaves.iter().copied());
-    }
-    let judge = Judge::new(sd, cfg);
-    candidates
-        .iter()
-        .filter(|n| Some(*n) != exclude)
-        .filter_map(|n| judge.entry(n).ok().flatten())
-        .find(|e| !e.liveness.is_dead())
+    let own = exclude.map(LockName::to_string);
+    let st = status::status(Some(sd), cfg).ok()?;
+    st.blocker(want, |e| own.as_deref() == Some(e.name.as_str()))
+        .cloned()
 }
 
 /// Opens the state directory.

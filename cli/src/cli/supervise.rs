@@ -31,7 +31,7 @@ use nix::sys::signal::{SigSet, SigmaskHow, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
-use rwdir::{DirLock, Entry, ReadGuard, Status, WriteGuard};
+use rwdir::{DirLock, Entry, ReadGuard, WriteGuard};
 
 use super::args::LockArgs;
 use super::exec::Prepared;
@@ -63,6 +63,13 @@ impl Mode {
         match self {
             Mode::Read => "read",
             Mode::Write => "write",
+        }
+    }
+
+    fn kind(self) -> rwdir::Kind {
+        match self {
+            Mode::Read => rwdir::Kind::Read,
+            Mode::Write => rwdir::Kind::Write,
         }
     }
 }
@@ -294,33 +301,17 @@ fn waiting_line(lock: &DirLock, mode: Mode, dir: &Path) -> String {
     let who = lock
         .status()
         .ok()
-        .and_then(|st| blocker(&st, mode, std::process::id()).map(Entry::describe))
+        .and_then(|st| {
+            let me = std::process::id();
+            let ours = |e: &Entry| e.holder.as_ref().is_some_and(|h| h.pid == me);
+            st.blocker(mode.kind(), ours).map(Entry::describe)
+        })
         .unwrap_or_else(|| "another process".to_string());
     format!(
         "waiting for {} lock on `{}`: held by {who}",
         mode.as_str(),
         dir.display()
     )
-}
-
-/// Who is in the way of `me` taking a `mode` lock: another writer, else a queued writer
-/// ahead of us, else (for a writer) a reader. A writer that owns `.master_lock` only
-/// waits for readers. Dead holders are not in the way for long and are skipped.
-fn blocker(st: &Status, mode: Mode, me: u32) -> Option<&Entry> {
-    let mine = |e: &Entry| e.holder.as_ref().is_some_and(|h| h.pid == me);
-    let in_way = |e: &&Entry| !mine(e) && !e.liveness.is_dead();
-    let readers = || match mode {
-        Mode::Write => st.readers.iter().find(in_way),
-        Mode::Read => None,
-    };
-    if st.writer.as_ref().is_some_and(mine) {
-        return readers();
-    }
-    st.writer
-        .iter()
-        .find(in_way)
-        .or_else(|| st.pending.iter().take_while(|e| !mine(e)).find(in_way))
-        .or_else(readers)
 }
 
 /// Waits for COMMAND while forwarding signals, refreshing the lock file every lease/3
