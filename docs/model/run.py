@@ -316,6 +316,30 @@ def run_one(cfg, work):
 TRAILS = False
 
 
+def write_summary(store):
+    """results/summary.md from results.json's store, in the order of CONFIGS."""
+    counts, mism = {}, 0
+    with open(os.path.join(RES, "summary.md"), "w") as f:
+        f.write("| id | configuration | gen_model.py options | check | states stored | depth | seconds | MB | result | expected |\n")
+        f.write("|---|---|---|---|---|---|---|---|---|---|\n")
+        for cfg in CONFIGS:
+            r = store.get(cfg[0])
+            if not r:
+                continue
+            ok = r["result"] == cfg[4]
+            counts[r["result"]] = counts.get(r["result"], 0) + 1
+            mism += not ok
+            check = {"safety": "safety (assertions + deadlock)", "bfs": "safety, BFS",
+                     "bfs-noassert": "deadlock only, BFS", "bfs-noend": "assertions, BFS (scenario)"}.get(
+                cfg[3], cfg[3].replace("ltl:", "LTL ") + " (weak fairness)")
+            res = (r["result"] + (f": {r['kind']}" if r.get("kind") else "")).replace("|", "\\|")
+            states = f"{r['states']:,}" if isinstance(r.get("states"), int) else r.get("states")
+            f.write(f"| {cfg[0]} | {cfg[1]} | `{cfg[2]}` | {check} | {states} | {r.get('depth')} | "
+                    f"{r.get('secs')} | {r.get('mem')} | {res} | {cfg[4]}{'' if ok else ' **MISMATCH**'} |\n")
+        f.write("\n" + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+                + f"; {mism} not as expected. \"MB\": pan's total memory; \"seconds\": the search alone.\n")
+
+
 def main():
     global RES, EXTRA, PAN_EXTRA, CC_EXTRA, TRAILS
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -330,10 +354,15 @@ def main():
     ap.add_argument("--pan-extra", default="", help="extra pan options (e.g. -m50, to see INCOMPLETE)")
     ap.add_argument("--cc-extra", default="", help="extra C compiler options for pan")
     ap.add_argument("--list", action="store_true", help="list the configurations and exit")
+    ap.add_argument("--summary", action="store_true", help="rewrite results/summary.md from results.json and exit")
     a = ap.parse_args()
     EXTRA, PAN_EXTRA, CC_EXTRA, TRAILS = a.gen, a.pan_extra, a.cc_extra, a.trails
     if a.tag:
         RES = os.path.join(HERE, "results", "variants", a.tag)
+    if a.summary:
+        with open(os.path.join(RES, "results.json")) as f:
+            write_summary(json.load(f))
+        return
     if a.list:
         for c in CONFIGS:
             print(f"{c[0]:<11} {c[5]} {c[4]:<4} {c[3]:<10} gen_model.py {c[2]}")
@@ -391,21 +420,7 @@ def main():
         store[cid] = {k: r.get(k) for k in ("result", "kind", "states", "depth", "secs", "mem", "args", "mode", "expected")}
     with open(store_path, "w") as f:
         json.dump(store, f, indent=1, sort_keys=True)
-    with open(os.path.join(RES, "summary.md"), "w") as f:
-        f.write("| id | configuration | gen_model.py options | check | states stored | depth | seconds | MB | result | expected |\n")
-        f.write("|---|---|---|---|---|---|---|---|---|---|\n")
-        for cfg in CONFIGS:
-            r = store.get(cfg[0])
-            if not r:
-                continue
-            ok = r["result"] == cfg[4]
-            check = {"safety": "safety (assertions + deadlock)", "bfs": "safety, BFS",
-                     "bfs-noassert": "deadlock only, BFS", "bfs-noend": "assertions, BFS (scenario)"}.get(
-                cfg[3], cfg[3].replace("ltl:", "LTL ") + " (weak fairness)")
-            res = r["result"] + (f": {r['kind']}" if r.get("kind") else "")
-            states = f"{r['states']:,}" if isinstance(r.get("states"), int) else r.get("states")
-            f.write(f"| {cfg[0]} | {cfg[1]} | `{cfg[2]}` | {check} | {states} | {r.get('depth')} | "
-                    f"{r.get('secs')} | {r.get('mem')} | {res} | {cfg[4]}{'' if ok else ' **MISMATCH**'} |\n")
+    write_summary(store)
     if not a.keep:
         shutil.rmtree(work, ignore_errors=True)
     else:
