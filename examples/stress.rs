@@ -19,7 +19,7 @@
 //! its workers judge each other exactly (same host, same pid namespace). Issue #18 hid
 //! there: a waiting owner's `.master_lock` and pending file were refreshed only after the
 //! grant, so a wait longer than the lease let a contender that judges by lease break them
-//! while their owner was alive (PROTOCOL.md §11). The long-hold mode goes there:
+//! while their owner was alive (docs/protocol.md §11). The long-hold mode goes there:
 //!
 //! - `--lease S`: every worker's lease is S seconds (heartbeat every S/3).
 //! - `--hold A..B`: readers hold for a random time between A and B seconds, meant to be

@@ -23,7 +23,7 @@ pub(crate) struct Config {
 }
 
 impl Config {
-    /// How often an owner renews each of its files (PROTOCOL.md §3.8, H2): lease/3, so
+    /// How often an owner renews each of its files (docs/protocol.md §3.8, H2): lease/3, so
     /// that a file whose owner runs is never older than a third of the lease, from its
     /// creation to its removal, while waiting as well as while holding.
     pub(crate) fn refresh_period(&self) -> Duration {

@@ -1,5 +1,5 @@
 //! Owned guards, release, downgrade, and the heartbeat that keeps a held lock file fresh
-//! and notices when it is lost (PROTOCOL.md §3.3, §3.8).
+//! and notices when it is lost (docs/protocol.md §3.3, §3.8).
 
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -362,7 +362,7 @@ impl WriteGuard {
         WriteGuard { held, token }
     }
 
-    /// The fencing token of this grant (PROTOCOL.md §3.7): unique and strictly growing
+    /// The fencing token of this grant (docs/protocol.md §3.7): unique and strictly growing
     /// over all write grants on this directory, even if two processes ever believe they
     /// hold the lock. It protects only a resource that remembers the highest token it has
     /// seen and rejects lower ones.

@@ -1,4 +1,4 @@
-//! Judging lock files (PROTOCOL.md §2.2): reads a file through the file layer and gives
+//! Judging lock files (docs/protocol.md §2.2): reads a file through the file layer and gives
 //! the verdict on its owner ([`crate::liveness::judge`]). The one owner of judging, shared
 //! by the protocol (W2, R1, W5, B0–B3, cleanup) and by `status`.
 
@@ -59,7 +59,7 @@ impl<'a> Judge<'a> {
         })
     }
 
-    /// `unlink_if_dead` for unique names (PROTOCOL.md §2.2): reads, judges, and removes
+    /// `unlink_if_dead` for unique names (docs/protocol.md §2.2): reads, judges, and removes
     /// the file if its owner is dead. A unique name is never reused, so this can only
     /// remove the dead owner's own file.
     pub(crate) fn unlink_if_dead(&self, name: &LockName) -> Result<Judged> {

@@ -1,4 +1,4 @@
-//! Judging whether the owner of a lock file is still alive (PROTOCOL.md §2.2).
+//! Judging whether the owner of a lock file is still alive (docs/protocol.md §2.2).
 
 use std::time::{Duration, SystemTime};
 

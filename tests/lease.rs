@@ -1,4 +1,4 @@
-//! Leases that expire while the owner waits (issue #18, PROTOCOL.md §11), with real
+//! Leases that expire while the owner waits (issue #18, docs/protocol.md §11), with real
 //! `rwdir` processes on a local directory. In every scene one or more writers run in a
 //! pid namespace of their own (`unshare --pid --fork --mount-proc`), so that they and
 //! the writers of the host namespace judge each other's files by lease, exactly as

@@ -15,7 +15,7 @@
 //! the lock's state read through the export), waited for by polling; no sleep decides a
 //! verdict.
 //!
-//! The last section (issue #18, PROTOCOL.md §11) holds and waits for longer than the lease
+//! The last section (issue #18, docs/protocol.md §11) holds and waits for longer than the lease
 //! ([`WAIT_LEASE`], 8 s): the three traces across hosts (a writer waiting in W5 past the
 //! lease, a grant after such a wait, a timeout in W5 after the lease), FIFO across hosts
 //! past the lease, and a long-hold stress on two hosts (`RWDIR_NETFS_LONG_SECS`, default
@@ -1578,7 +1578,7 @@ fn clean(runs: &[(&str, &Once, Option<i32>)]) {
     }
 }
 
-/// Trace 1 of PROTOCOL.md §11: writer X (host A) holds `.master_lock` and waits in W5 for
+/// Trace 1 of docs/protocol.md §11: writer X (host A) holds `.master_lock` and waits in W5 for
 /// a reader (host B) that holds for three leases, while writer Y (host B) queues. Y must
 /// not break X's file (X renews it while it waits): one writer at a time, X first, both
 /// exit cleanly.
@@ -1645,7 +1645,7 @@ fn writer_waiting_for_readers_past_the_lease_keeps_the_other_host_out() {
     assert_eq!(yo.released.as_deref(), Some("ok"), "{yo:?}");
 }
 
-/// Trace 2 of PROTOCOL.md §11: writer X (host A) is granted after waiting in W5 for
+/// Trace 2 of docs/protocol.md §11: writer X (host A) is granted after waiting in W5 for
 /// longer than the lease; writer Y (host B) asks right after. X's `.master_lock` must be
 /// fresh at the grant, so Y waits for X.
 #[test]
@@ -1721,7 +1721,7 @@ fn writer_granted_after_a_wait_past_the_lease_is_not_broken() {
     assert_eq!(xo.released.as_deref(), Some("ok"), "{xo:?}");
 }
 
-/// Trace 3 of PROTOCOL.md §11: writer X (host A) waits in W5 with a timeout of two leases,
+/// Trace 3 of docs/protocol.md §11: writer X (host A) waits in W5 with a timeout of two leases,
 /// for a reader (host B) that holds for three; writer Y (host B) queues meanwhile. X's
 /// timeout removes only X's own files: Y's file is there after it, and Y is granted
 /// once the reader leaves and releases its own `.master_lock`.

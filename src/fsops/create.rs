@@ -1,4 +1,4 @@
-//! `put` (PROTOCOL.md §2.1): creating a lock file whole, atomically, never replacing
+//! `put` (docs/protocol.md §2.1): creating a lock file whole, atomically, never replacing
 //! anything: an anonymous `O_TMPFILE` (or a `.tmp-*` file) written, then `link`ed to its
 //! name; and the spares a waiter makes ahead of its wake-up.
 
@@ -88,7 +88,7 @@ pub(super) enum LinkResult {
 }
 
 impl StateDir {
-    /// `put(name)` (PROTOCOL.md §2.1): creates `name` with `holder`'s record, atomically,
+    /// `put(name)` (docs/protocol.md §2.1): creates `name` with `holder`'s record, atomically,
     /// never overwriting anything. `Ok(None)` if the name is taken.
     pub(crate) fn put(&self, name: &LockName, holder: &Holder) -> Result<Option<Created>> {
         self.put_with(name, holder, None)

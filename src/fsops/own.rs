@@ -46,7 +46,7 @@ impl StateDir {
     /// judge by lease broke ours meanwhile, the file there now is someone else's and
     /// stays. The check and the unlink are two steps; nobody can replace our file between
     /// them unless they judged us dead, and an owner that renews its files every lease/3
-    /// is never judged dead (PROTOCOL.md §11). `Ok(false)`: not ours, nothing removed.
+    /// is never judged dead (docs/protocol.md §11). `Ok(false)`: not ours, nothing removed.
     pub(crate) fn unlink_own(
         &self,
         name: &LockName,

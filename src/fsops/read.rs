@@ -180,7 +180,7 @@ impl StateDir {
     /// Reads the record of a lock file we just opened. `Ok(None)`: it vanished after the
     /// open (on a remote filesystem only).
     ///
-    /// On a remote filesystem two things differ from a local one (RIG.md, PROTOCOL.md §10):
+    /// On a remote filesystem two things differ from a local one (docs/protocol.md §10):
     ///
     /// - `fstat` may be answered by path rather than through the open file: sshfs then
     ///   says `ENOENT`, NFS `ESTALE`, when another host removed the file after our

@@ -1,4 +1,4 @@
-//! Cleanup (PROTOCOL.md §3.6): C1–C3 remove dead holders' files, with `.master_lock`
+//! Cleanup (docs/protocol.md §3.6): C1–C3 remove dead holders' files, with `.master_lock`
 //! broken only through B0–B4; A1 removes every lock file, for when no process uses the
 //! lock.
 

@@ -1,4 +1,4 @@
-//! PROTOCOL.md §3, step by step: read-acquire (R1–R3), write-acquire (W1–W6), stale
+//! docs/protocol.md §3, step by step: read-acquire (R1–R3), write-acquire (W1–W6), stale
 //! breaking of `.master_lock` (B0–B4), the fencing token (T1–T4); cleanup (C1–C3, A1) is in `cleanup`.
 //! Step labels in comments refer to that document.
 
@@ -509,7 +509,7 @@ fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<(Own, (u64, bool
                 }
                 // Listed, but `open` finds it gone: count it as absent. On a remote
                 // filesystem the listing can be ~20 s stale while `open` asks the server
-                // (RIG.md); looping on the listing would spin for that long. The
+                // (docs/protocol.md §10); looping on the listing would spin for that long. The
                 // exclusive `put` below stays the only gate.
                 Judged::Gone => {}
                 _ => {

@@ -7,8 +7,8 @@
 # Sets the rig up with `setup.sh --netns` (installs openssh-server, openssh-client,
 # sshfs and fuse3 with apt-get if missing; a private sshd on 127.0.0.1 and on three
 # veths; sshfs mounts A, B (default caching), A_NOCACHE, B_NOCACHE (cache=no) and C
-# (host C, own netns, for the partition test); see RIG.md in the team's shared netfs
-# folder for what was measured on it), exports the NETFS_* variables plus
+# (host C, own netns, for the partition test); docs/protocol.md §10 says what was
+# measured on it), exports the NETFS_* variables plus
 # NETFS_HOST_SH (the host.sh that makes a "host" with its own hostname, pid, mount and
 # network namespaces and boot id), and runs COMMAND. Must run as root.
 set -euo pipefail

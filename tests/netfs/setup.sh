@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Adapted from the team's reference rig (shared/netfs/setup.sh, see RIG.md there) for
+# Adapted from the team's reference rig (what it measured: docs/protocol.md §10) for
 # rwdir's own netfs tests (tests/netfs.rs, run by tests/netfs/run.sh from .ci/run).
 # Changes: a third host C (netns + veth + default-caching mount NETFS_C) whose link the
 # partition test cuts without disturbing hosts A and B, which other tests use at the
