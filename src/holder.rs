@@ -11,8 +11,9 @@ use crate::names::{parse_u64, parse_uuid};
 /// The first line of every record; the number is the format version.
 const MAGIC: &str = "rwdir-holder 1";
 /// Records are never larger than this; a larger file is malformed and is read only up to
-/// this size.
-pub(crate) const MAX_RECORD: usize = 4096;
+/// this size. `pub` for the fuzz harness (`rwdir::internals`, `fuzzing` feature).
+#[cfg_attr(not(feature = "fuzzing"), allow(unreachable_pub))]
+pub const MAX_RECORD: usize = 4096;
 
 /// What a lock file stands for.
 ///
@@ -25,10 +26,13 @@ pub(crate) const MAX_RECORD: usize = 4096;
 /// assert_eq!(lock.status()?.writer.map(|e| e.kind), Some(rwdir::Kind::Write));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+// `Default` (with the `fuzzing` feature) lets the fuzz harness build a `Holder`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "fuzzing", derive(Default))]
 #[non_exhaustive]
 pub enum Kind {
     /// A reader (`.slave_lock-*`).
+    #[cfg_attr(feature = "fuzzing", default)]
     Read,
     /// The writer (`.master_lock`).
     Write,
@@ -96,7 +100,10 @@ impl std::fmt::Display for Kind {
 /// assert_eq!((h.kind, h.pid), (rwdir::Kind::Read, std::process::id()));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+// `Default` (with the `fuzzing` feature) lets the fuzz harness, outside this crate, build
+// a holder from any fields: it sets each field of `Holder::default()`.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "fuzzing", derive(Default))]
 #[non_exhaustive]
 pub struct Holder {
     /// What the file stands for.
@@ -217,8 +224,10 @@ impl Holder {
     }
 }
 
-/// Printable ASCII without spaces, at most 255 bytes; anything else becomes `?`.
-pub(crate) fn sanitize(s: &str) -> String {
+/// Printable ASCII without spaces, at most 255 bytes; anything else becomes `?`. `pub` for
+/// the fuzz harness (`rwdir::internals`, `fuzzing` feature).
+#[cfg_attr(not(feature = "fuzzing"), allow(unreachable_pub))]
+pub fn sanitize(s: &str) -> String {
     s.chars()
         .take(255)
         .map(|c| if c.is_ascii_graphic() { c } else { '?' })

@@ -162,6 +162,17 @@ pub use lock::{
 };
 pub use status::Status;
 
+/// Crate-private items that the fuzz harness (`fuzz/`, and `tests/fuzz_regressions.rs`,
+/// which compiles it) checks directly, with the non-default `fuzzing` feature. Only
+/// re-exports; hidden, no stability promise.
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod internals {
+    pub use crate::fsops::Listing;
+    pub use crate::holder::{MAX_RECORD, sanitize};
+    pub use crate::names::LockName;
+}
+
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;

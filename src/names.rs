@@ -11,8 +11,12 @@ const TMP: &str = ".tmp-";
 const TOKEN: &str = ".token-";
 
 /// A name in the state directory, as the protocol sees it.
+///
+/// `pub` for the fuzz harness only (re-exported by `rwdir::internals` with the `fuzzing`
+/// feature); crate-private otherwise.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum LockName {
+#[cfg_attr(not(feature = "fuzzing"), allow(unreachable_pub))]
+pub enum LockName {
     /// `.master_lock`: the writer.
     Master,
     /// `.pending_lock-<uuid>-<ns>`: a queued writer.
@@ -43,13 +47,15 @@ pub(crate) enum LockName {
     Token(u64),
 }
 
+// `parse`, `order_key` and `is_unique` are `pub` for the fuzz harness, as `LockName`.
+#[cfg_attr(not(feature = "fuzzing"), allow(unreachable_pub))]
 impl LockName {
     /// Parses a directory entry's name. Foreign names give `None`.
     ///
     /// Parsing is strict: uuids must be in lower-case hyphenated form and numbers in
     /// canonical decimal, so that `parse(format(x)) == x` and every lock file has exactly
     /// one name.
-    pub(crate) fn parse(name: &[u8]) -> Option<LockName> {
+    pub fn parse(name: &[u8]) -> Option<LockName> {
         let name = std::str::from_utf8(name).ok()?;
         if name == MASTER {
             return Some(LockName::Master);
@@ -86,7 +92,7 @@ impl LockName {
     }
 
     /// The queue key of a pending writer or a breaker: `(ns, uuid)`.
-    pub(crate) fn order_key(&self) -> Option<(u64, Uuid)> {
+    pub fn order_key(&self) -> Option<(u64, Uuid)> {
         match *self {
             LockName::Pending { ns, uuid } | LockName::Break { ns, uuid } => Some((ns, uuid)),
             _ => None,
@@ -95,7 +101,7 @@ impl LockName {
 
     /// True for names whose uuid makes them unique, never reused: these may be removed
     /// by anyone once their owner is dead (`unlink_if_dead`).
-    pub(crate) fn is_unique(&self) -> bool {
+    pub fn is_unique(&self) -> bool {
         matches!(
             self,
             LockName::Pending { .. }

@@ -63,23 +63,33 @@ pub(crate) struct StateDir {
 }
 
 /// The lock files found by one `readdir`, by kind. Foreign names are left out.
+///
+/// `pub`, with the fields and methods the fuzz harness checks, for the harness only
+/// (re-exported by `rwdir::internals` with the `fuzzing` feature).
 #[derive(Debug, Default)]
-pub(crate) struct Listing {
-    pub(crate) master: bool,
-    /// Sorted by queue order `(ns, uuid)`.
-    pub(crate) pending: Vec<LockName>,
-    pub(crate) slaves: Vec<LockName>,
-    /// Sorted by `(ns, uuid)`.
-    pub(crate) breaks: Vec<LockName>,
-    pub(crate) tmps: Vec<LockName>,
-    pub(crate) tokens: Vec<u64>,
+#[cfg_attr(not(feature = "fuzzing"), allow(unreachable_pub))]
+pub struct Listing {
+    /// Whether `.master_lock` is there.
+    pub master: bool,
+    /// Queued writers, sorted by queue order `(ns, uuid)`.
+    pub pending: Vec<LockName>,
+    /// Readers.
+    pub slaves: Vec<LockName>,
+    /// Breakers, sorted by `(ns, uuid)`.
+    pub breaks: Vec<LockName>,
+    /// Files being created.
+    pub tmps: Vec<LockName>,
+    /// Fencing-token numbers, sorted.
+    pub tokens: Vec<u64>,
     /// Whether the directory entry of the highest token said "regular file" (`DT_REG`):
     /// only such a token is renamed to the next number (see `allocate_token`).
     pub(crate) top_token_regular: bool,
 }
 
+#[cfg_attr(not(feature = "fuzzing"), allow(unreachable_pub))]
 impl Listing {
-    pub(crate) fn has(&self, name: &LockName) -> bool {
+    /// Whether `name` is in the listing.
+    pub fn has(&self, name: &LockName) -> bool {
         match name {
             LockName::Master => self.master,
             LockName::Pending { .. } => self.pending.contains(name),
@@ -99,7 +109,7 @@ impl Listing {
     }
 
     /// Sorts an unordered set of names into a listing (also used by the fuzz target).
-    pub(crate) fn from_names(names: impl IntoIterator<Item = LockName>) -> Listing {
+    pub fn from_names(names: impl IntoIterator<Item = LockName>) -> Listing {
         let mut l = Listing::default();
         for name in names {
             match name {
