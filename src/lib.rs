@@ -115,9 +115,9 @@
 //! `#[non_exhaustive]` may gain variants or fields in a minor release.
 //!
 //! Not covered: items hidden from these docs (the on-disk record format behind
-//! `Holder::format` and `Holder::parse`, `Entry::regular`, and the `fuzzing` feature's
-//! module), which exist for rwdir's own tests and fuzz targets; the wording of error
-//! messages; timings.
+//! `Holder::format` and `Holder::parse`, `Entry::regular`, and what the `fuzzing`
+//! feature adds: the `internals` module and `Default` for `Holder` and `Kind`), which
+//! exist for rwdir's own tests and fuzz targets; the wording of error messages; timings.
 //!
 //! # Pitfalls
 //!
@@ -136,9 +136,6 @@ mod config;
 mod entry;
 mod error;
 mod fsops;
-#[cfg(feature = "fuzzing")]
-#[doc(hidden)]
-pub mod fuzzing;
 mod guard;
 mod holder;
 mod judge;

@@ -1,14 +1,33 @@
 //! Every input the fuzz targets (`fuzz/`, see FUZZING.md) ever failed on, replayed
-//! through the same checks (`rwdir::fuzzing`). Library bugs first (each also through the
-//! public API), then the cases where the harness itself was wrong, so that its oracles
-//! stay right.
+//! through the same checks: the fuzz crate's harness, compiled here from its sources.
+//! Library bugs first (each also through the public API), then the cases where the
+//! harness itself was wrong, so that its oracles stay right. The harness's own unit tests
+//! (one seed of each target) run here too.
+
+// Needs the library's `fuzzing` feature (as `cargo test --workspace --all-features`).
+// Not in the published package, which has no fuzz/.
+#![cfg(feature = "fuzzing")]
+
+// The harness is `fuzz/src/` (the fuzz crate is a workspace of its own, and depending on
+// it would build libFuzzer): the same files, as modules of this test. The fuzz targets'
+// entry points are not called here.
+#[allow(dead_code)]
+#[path = "../fuzz/src/holder.rs"]
+mod holder;
+#[allow(dead_code)]
+#[path = "../fuzz/src/names.rs"]
+mod names;
+#[allow(dead_code)]
+#[path = "../fuzz/src/scan/mod.rs"]
+mod scan;
 
 use std::sync::mpsc;
 use std::time::Duration;
 
-use rwdir::fuzzing::{
-    ContentSpec, EntrySpec, LinkTarget, MtimeSpec, NameFields, NameSpec, NodeSpec, Op, Pgid, Place,
-    RecordSpec, ScanInput, Scanner, StateSpec, Who,
+use names::NameFields;
+use scan::{
+    ContentSpec, EntrySpec, LinkTarget, MtimeSpec, NameSpec, NodeSpec, Op, Pgid, Place, RecordSpec,
+    ScanInput, Scanner, StateSpec, Who,
 };
 
 /// Runs one `dir_scan` case in a fresh scratch directory, failing (instead of hanging

@@ -6,8 +6,9 @@
 //! prints one.
 
 use arbitrary::{Arbitrary, Unstructured};
-use rwdir::fuzzing as f;
-use rwdir_fuzz::*;
+use rwdir_fuzz::holder::HolderFields;
+use rwdir_fuzz::names::NameFields;
+use rwdir_fuzz::scan::*;
 use std::fs;
 
 #[derive(Default)]
@@ -202,13 +203,13 @@ impl E {
     }
     fn scan(s: &ScanInput) -> Vec<u8> {
         let mut e = E::default();
+        // `StateSpec`'s decoder: three tags of four are a directory, the fourth is
+        // followed by the other kind's tag.
         match s.state {
             StateSpec::Dir => e.tag(0, 4),
-            StateSpec::Dir2 => e.tag(1, 4),
-            StateSpec::Dir3 => e.tag(2, 4),
-            StateSpec::Other(o) => {
+            other => {
                 e.tag(3, 4);
-                e.tag(o as u64, 5)
+                e.tag(other as u64 - 1, 5)
             }
         }
         for x in &s.entries {
@@ -482,16 +483,16 @@ fn main() {
     ];
     let mut seeds = seeds;
     for (name, st) in [
-        ("state-symlink", OtherState::SymlinkToDir),
-        ("state-fifo", OtherState::Fifo),
-        ("state-file", OtherState::File),
-        ("state-dangling", OtherState::DanglingSymlink),
-        ("state-missing", OtherState::Missing),
+        ("state-symlink", StateSpec::SymlinkToDir),
+        ("state-fifo", StateSpec::Fifo),
+        ("state-file", StateSpec::File),
+        ("state-dangling", StateSpec::DanglingSymlink),
+        ("state-missing", StateSpec::Missing),
     ] {
         seeds.push((
             name,
             ScanInput {
-                state: StateSpec::Other(st),
+                state: st,
                 entries: vec![],
                 ops: vec![
                     Op::Status,
@@ -522,7 +523,7 @@ fn holder_and_name_seeds(out: &std::path::Path) {
     fs::create_dir_all(&l).unwrap();
     let names = ["read", "write", "pending", "break", "token"];
     for k in 0..5u8 {
-        let f = f::HolderFields {
+        let f = HolderFields {
             kind: k,
             host: format!("host-{k}"),
             boot_id: "5d1f3a4e-0000-4000-8000-000000000000".into(),
@@ -540,7 +541,7 @@ fn holder_and_name_seeds(out: &std::path::Path) {
         )
         .unwrap();
     }
-    let big = f::HolderFields {
+    let big = HolderFields {
         kind: 0,
         host: "h".repeat(255),
         boot_id: "b".repeat(255),
@@ -553,41 +554,41 @@ fn holder_and_name_seeds(out: &std::path::Path) {
         lease_ms: u64::MAX,
     };
     fs::write(h.join("seed-max-fields"), big.to_holder().format()).unwrap();
-    let zero = f::HolderFields::default();
+    let zero = HolderFields::default();
     fs::write(h.join("seed-zero-fields"), zero.to_holder().format()).unwrap();
     let u = 0x0a1b_2c3d_0000_4000_8000_0000_0000_0001u128;
     let all = [
-        ("master", f::NameFields::Master),
+        ("master", NameFields::Master),
         (
             "pending",
-            f::NameFields::Pending {
+            NameFields::Pending {
                 ns: 1_700_000_000_123_456_789,
                 uuid: u,
             },
         ),
-        ("slave", f::NameFields::Slave { uuid: u }),
+        ("slave", NameFields::Slave { uuid: u }),
         (
             "break",
-            f::NameFields::Break {
+            NameFields::Break {
                 ns: 1_700_000_000_123_456_789,
                 uuid: u,
             },
         ),
-        ("tmp", f::NameFields::Tmp { uuid: u }),
-        ("token", f::NameFields::Token(42)),
-        ("token-max", f::NameFields::Token(u64::MAX)),
+        ("tmp", NameFields::Tmp { uuid: u }),
+        ("token", NameFields::Token(42)),
+        ("token-max", NameFields::Token(u64::MAX)),
     ];
     for (n, f) in all {
         fs::write(l.join(format!("seed-{n}")), f.file_name()).unwrap();
     }
     let queue = [
-        f::NameFields::Pending { ns: 2, uuid: u },
-        f::NameFields::Pending { ns: 1, uuid: u + 1 },
-        f::NameFields::Pending { ns: 2, uuid: u - 1 },
-        f::NameFields::Break { ns: 0, uuid: u },
-        f::NameFields::Master,
-        f::NameFields::Token(7),
-        f::NameFields::Token(3),
+        NameFields::Pending { ns: 2, uuid: u },
+        NameFields::Pending { ns: 1, uuid: u + 1 },
+        NameFields::Pending { ns: 2, uuid: u - 1 },
+        NameFields::Break { ns: 0, uuid: u },
+        NameFields::Master,
+        NameFields::Token(7),
+        NameFields::Token(3),
     ];
     let joined: Vec<String> = queue.iter().map(|f| f.file_name()).collect();
     fs::write(l.join("seed-queue"), joined.join("/")).unwrap();

@@ -1,17 +1,17 @@
 //! Lock-file names: `LockName::parse` never panics, accepts only canonical names, and the
 //! queue order is `(ns, uuid)`; names come from the input's `/`-separated parts and from
-//! the same bytes decoded as fields. See `rwdir::fuzzing::lock_name_target`.
+//! the same bytes decoded as fields. See `rwdir_fuzz::names::lock_name_target`.
 #![no_main]
 
 use arbitrary::Unstructured;
 use libfuzzer_sys::fuzz_target;
-use rwdir_fuzz::NameFields;
+use rwdir_fuzz::names::{NameFields, lock_name_target};
 
 fuzz_target!(|data: &[u8]| {
     let mut u = Unstructured::new(data);
-    let built: Vec<rwdir::fuzzing::NameFields> = u
+    let built: Vec<NameFields> = u
         .arbitrary_iter::<NameFields>()
-        .map(|it| it.take(64).filter_map(Result::ok).map(Into::into).collect())
+        .map(|it| it.take(64).filter_map(Result::ok).collect())
         .unwrap_or_default();
-    rwdir::fuzzing::lock_name_target(data, &built);
+    lock_name_target(data, &built);
 });
