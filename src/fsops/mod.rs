@@ -353,7 +353,7 @@ impl StateDir {
     }
 
     /// Renames the fencing token `from` to `to` if `to` does not exist
-    /// (`renameat2(RENAME_NOREPLACE)`): T2 and T4 of PROTOCOL.md §3.7 in one step for the
+    /// (`renameat2(RENAME_NOREPLACE)`): T2 and T4 of docs/protocol.md §3.7 in one step for the
     /// usual case, where the highest token is the only one (see `allocate_token`). Local
     /// filesystems only; `Unsupported` after the first refusal of the flag, and for
     /// anything else that stops the rename (another user's token in a sticky state
