@@ -186,6 +186,12 @@ impl<'a> Attempt<'a> {
         self.backoff.sleep(self.deadline, renew, self.wake.as_ref())
     }
 
+    /// [`Attempt::sleep`], or the error for giving up ([`Attempt::give_up`]) when the
+    /// caller has nothing of its own to undo first.
+    fn pause(&mut self, keep: &[&Own]) -> Result<Removed> {
+        self.sleep(keep).ok_or_else(|| self.give_up())
+    }
+
     /// Marks the start of a listing that decides whether to sleep: a wake-up then
     /// reports only removals that the listing may have missed.
     fn look(&self) {
@@ -290,14 +296,12 @@ pub(crate) fn read(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<Ow
             if !queued && !master {
                 break;
             }
-            match at.sleep(&[]) {
-                None => return Err(at.give_up()),
-                // Only a writer's `.master_lock` was in our way, and the wake-up says it
-                // went away: announce at once. R1 only keeps readers from announcing
-                // while a writer waits; R3 alone decides. Should a writer have queued
-                // meanwhile (creations are not watched), R3 sees it and we withdraw.
-                Some(removed) if !queued && removed.has_master() => break,
-                Some(_) => {}
+            // Only a writer's `.master_lock` was in our way, and the wake-up says it went
+            // away: announce at once. R1 only keeps readers from announcing while a writer
+            // waits; R3 alone decides. Should a writer have queued meanwhile (creations
+            // are not watched), R3 sees it and we withdraw.
+            if at.pause(&[])?.has_master() && !queued {
+                break;
             }
         }
         // R2: announce.
@@ -322,9 +326,7 @@ pub(crate) fn read(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<Ow
             return Ok(own);
         }
         sd.unlink(&own.close())?;
-        if at.sleep(&[]).is_none() {
-            return Err(at.give_up());
-        }
+        at.pause(&[])?;
     }
 }
 
@@ -513,9 +515,7 @@ fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<(Own, (u64, bool
                 // exclusive `put` below stays the only gate.
                 Judged::Gone => {}
                 _ => {
-                    let Some(removed) = at.sleep(&[&*pending]) else {
-                        return Err(at.give_up());
-                    };
+                    let removed = at.pause(&[&*pending])?;
                     // We were first in the queue and only `.master_lock` was in our way;
                     // the wake-up says it went away: create ours at once. The exclusive
                     // `put` is the only writer gate, whatever a listing would show; if
@@ -531,9 +531,7 @@ fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<(Own, (u64, bool
             }
         }
         if older_live {
-            if at.sleep(&[&*pending]).is_none() {
-                return Err(at.give_up());
-            }
+            at.pause(&[&*pending])?;
             continue;
         }
         if let Some(master) = at.put(LockName::Master, Kind::Write)? {
@@ -610,9 +608,7 @@ fn break_master(at: &mut Attempt<'_>, keep: &[&Own]) -> Result<bool> {
         if !live_breaker {
             break;
         }
-        if at.sleep(keep).is_none() {
-            return Err(at.give_up());
-        }
+        at.pause(keep)?;
     }
     // B1: announce.
     let Some(marker) = at.put(
@@ -652,9 +648,7 @@ fn exclusive_break(at: &mut Attempt<'_>, own: &Own, keep: &[&Own]) -> Result<boo
         if older {
             return Ok(false);
         }
-        if at.sleep(&held).is_none() {
-            return Err(at.give_up());
-        }
+        at.pause(&held)?;
     }
     // B3: re-read while exclusive; nothing can replace a dead owner's file now.
     if at.judge.judge(&LockName::Master)?.is_dead() {
