@@ -30,7 +30,13 @@ pub(crate) struct Cli {
     /// How long a holder on another host (or in another container) counts as alive
     /// without a heartbeat, in seconds (decimals allowed). All users of a directory
     /// should agree on it. Default: 45.
-    #[arg(long, global = true, value_name = "SECS", value_parser = parse_lease)]
+    #[arg(
+        long,
+        global = true,
+        value_name = "SECS",
+        value_parser = parse_lease,
+        allow_negative_numbers = true
+    )]
     pub(crate) lease: Option<Duration>,
 
     /// What to do.
@@ -85,7 +91,12 @@ pub(crate) enum Command {
 #[derive(Debug, Args)]
 pub(crate) struct LockArgs {
     /// Give up after SECS seconds (decimals allowed; 0 tries once) and exit 75.
-    #[arg(long, value_name = "SECS", value_parser = parse_timeout)]
+    #[arg(
+        long,
+        value_name = "SECS",
+        value_parser = parse_timeout,
+        allow_negative_numbers = true
+    )]
     pub(crate) timeout: Option<Duration>,
 
     /// Try once; if the lock is busy, exit 75 at once (same as --timeout 0).
@@ -161,7 +172,10 @@ fn parse_secs(s: &str) -> Result<Duration, String> {
         .trim()
         .parse()
         .map_err(|_| format!("`{s}` is not a number of seconds"))?;
-    if !secs.is_finite() || secs < 0.0 {
+    if secs < 0.0 {
+        return Err(format!("`{s}` seconds: must be ≥ 0"));
+    }
+    if !secs.is_finite() {
         return Err(format!("`{s}` is not a number of seconds"));
     }
     Duration::try_from_secs_f64(secs).map_err(|_| format!("`{s}` seconds is too long"))
@@ -228,6 +242,15 @@ mod tests {
         assert!(parse(&["read", "d"]).is_err());
         assert!(parse(&["read", "--no-wait", "--timeout", "1", "d", "true"]).is_err());
         assert!(parse(&["read", "--timeout", "x", "d", "true"]).is_err());
+        // A negative number is parsed as the option's value and refused as such, not
+        // taken for an unknown option.
+        for args in [
+            &["write", "--timeout", "-1", "d", "true"][..],
+            &["--lease", "-3", "write", "d", "true"],
+        ] {
+            let e = parse(args).expect_err("negative");
+            assert!(e.to_string().contains("must be ≥ 0"), "{args:?}: {e}");
+        }
         assert!(parse(&["status"]).is_err());
     }
 }
