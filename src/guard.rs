@@ -364,8 +364,10 @@ impl WriteGuard {
 
     /// The fencing token of this grant (docs/protocol.md §3.7): unique and strictly growing
     /// over all write grants on this directory, even if two processes ever believe they
-    /// hold the lock. It protects only a resource that remembers the highest token it has
-    /// seen and rejects lower ones.
+    /// hold the lock. Not consecutive: an attempt that gives up after taking its token
+    /// (a timeout while readers drain, a `try_write` that finds readers) uses one up. It
+    /// protects only a resource that remembers the highest token it has seen and rejects
+    /// lower ones.
     ///
     /// # Examples
     ///
@@ -375,6 +377,11 @@ impl WriteGuard {
     /// let first = lock.write()?.token();
     /// let second = lock.write()?.token();
     /// assert!(second > first);
+    /// // A write that gives up while a reader holds the lock has used a token.
+    /// let reader = lock.read()?;
+    /// assert!(lock.try_write().is_err());
+    /// drop(reader);
+    /// assert!(lock.write()?.token() > second + 1);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn token(&self) -> u64 {

@@ -63,8 +63,13 @@ pub(crate) enum Command {
         after_long_help = code::HELP_LOCK
     )]
     Write(LockArgs),
-    /// Show who holds the lock on DIR and who waits for it.
-    #[command(after_long_help = code::HELP)]
+    /// Show who holds the lock on DIR and which writers wait for it.
+    #[command(
+        long_about = "Show who holds the lock on DIR and which writers wait for it.\n\n\
+            A waiting writer is listed from the moment it queues. A waiting reader makes no \
+            file until it can enter, so it is not shown.",
+        after_long_help = code::HELP
+    )]
     Status(StatusArgs),
     /// Remove the lock files of dead holders in DIR.
     #[command(
@@ -203,6 +208,17 @@ mod tests {
     #[test]
     fn the_command_line_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    /// `status` shows waiting writers, not waiting readers (they have no file yet), and
+    /// its help says so.
+    #[test]
+    fn status_help_says_waiting_readers_are_not_shown() {
+        let mut cmd = Cli::command();
+        let status = cmd.find_subcommand_mut("status").expect("status");
+        let help = status.render_long_help().to_string();
+        assert!(help.contains("which writers wait"), "{help}");
+        assert!(help.contains("it is not shown"), "{help}");
     }
 
     #[test]
