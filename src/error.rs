@@ -98,7 +98,7 @@ impl std::fmt::Display for Owner {
 /// }
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-#[derive(Debug, thiserror::Error)]
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// A filesystem operation failed.
@@ -269,6 +269,29 @@ impl Error {
             Error::WouldBlock { holder, .. } | Error::TimedOut { holder, .. } => holder.as_deref(),
             _ => None,
         }
+    }
+}
+
+/// `{:?}` gives the message and its causes on one line, the way the `rwdir` command says
+/// them: ``failed to open directory `/x`: No such file or directory (os error 2)``. That is
+/// also what a `fn main() -> Result<(), Box<dyn std::error::Error>>` prints when it
+/// returns the error (see `examples/error_report.rs`). `{:#?}` puts each cause on a line
+/// of its own. `Display` (`{}`) is the message alone, as the convention for errors with a
+/// [`source`](std::error::Error::source) asks; use the fields or
+/// [`Error::kind`] to act on an error.
+impl std::fmt::Debug for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{self}")?;
+        let mut source = std::error::Error::source(self);
+        while let Some(cause) = source {
+            if f.alternate() {
+                write!(f, "\n  caused by: {cause}")?;
+            } else {
+                write!(f, ": {cause}")?;
+            }
+            source = cause.source();
+        }
+        Ok(())
     }
 }
 

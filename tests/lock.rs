@@ -886,3 +886,23 @@ fn a_writer_whose_master_lock_was_replaced_while_waiting_does_not_enter() {
     assert!(matches!(err, Error::LockLost { .. }), "{err}");
     assert_eq!(fs::read(&master).ok(), Some(planted), "left alone");
 }
+
+/// `{:?}` of an error, which is what `fn main() -> Result<(), Box<dyn Error>>` prints,
+/// gives the message and its cause (issue #19): not the variant's fields, and not the
+/// message without the operating system's reason.
+#[test]
+fn debug_of_an_error_says_its_cause() {
+    let err = DirLock::new("/no/such/dir").expect_err("missing");
+    let one_line = format!("{err:?}");
+    assert!(
+        one_line.starts_with("failed to open directory `/no/such/dir`: ")
+            && one_line.contains("(os error 2)"),
+        "{one_line}"
+    );
+    let boxed: Box<dyn std::error::Error> = Box::new(err);
+    assert_eq!(format!("{boxed:?}"), one_line);
+    assert!(
+        format!("{boxed:#?}").contains("\n  caused by: "),
+        "{boxed:#?}"
+    );
+}
