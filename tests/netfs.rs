@@ -890,6 +890,35 @@ fn overlaps_and_tokens(grants: &[Grant]) -> (Vec<String>, Vec<String>) {
     (overlaps, token_errors)
 }
 
+/// Grants per host (the part of a worker's tag before its first `-`).
+fn per_host(grants: &[Grant]) -> BTreeMap<String, usize> {
+    grants.iter().fold(BTreeMap::new(), |mut m, g| {
+        *m.entry(g.who.split('-').next().unwrap_or("").to_string())
+            .or_default() += 1;
+        m
+    })
+}
+
+/// The verdict every stress shares: prints the first overlaps and problems, then
+/// asserts there were none, no token error, and that every worker exited 0.
+fn assert_clean(
+    overlaps: &[String],
+    problems: &[String],
+    token_errors: &[String],
+    codes: &[Option<i32>],
+) {
+    for o in overlaps.iter().take(20) {
+        eprintln!("  overlap: {o}");
+    }
+    for p in problems.iter().take(20) {
+        eprintln!("  problem: {p}");
+    }
+    assert!(overlaps.is_empty(), "{} overlapping grants", overlaps.len());
+    assert!(problems.is_empty(), "{problems:#?}");
+    assert!(token_errors.is_empty(), "{token_errors:?}");
+    assert!(codes.iter().all(|c| *c == Some(0)), "exit codes {codes:?}");
+}
+
 /// Readers and writers on hosts A and B for `RWDIR_NETFS_STRESS_SECS` (default 60) s.
 fn stress(rig: &Rig, name: &str, a: &Path, b: &Path) {
     let out = fresh(rig, name);
@@ -955,11 +984,7 @@ fn stress(rig: &Rig, name: &str, a: &Path, b: &Path) {
     let (overlaps, token_errors) = overlaps_and_tokens(&grants);
     let writes: Vec<&Grant> = grants.iter().filter(|g| g.write).collect();
     let reads = grants.len() - writes.len();
-    let per_host: BTreeMap<String, usize> = grants.iter().fold(BTreeMap::new(), |mut m, g| {
-        *m.entry(g.who.split('-').next().unwrap_or("").to_string())
-            .or_default() += 1;
-        m
-    });
+    let per_host = per_host(&grants);
     let cross = grants
         .windows(2)
         .filter(|w| w[0].who.split('-').next() != w[1].who.split('-').next())
@@ -974,16 +999,7 @@ fn stress(rig: &Rig, name: &str, a: &Path, b: &Path) {
         token_errors.len(),
         problems.len()
     );
-    for o in overlaps.iter().take(20) {
-        eprintln!("  overlap: {o}");
-    }
-    for p in problems.iter().take(20) {
-        eprintln!("  problem: {p}");
-    }
-    assert!(overlaps.is_empty(), "{} overlapping grants", overlaps.len());
-    assert!(problems.is_empty(), "{problems:#?}");
-    assert!(token_errors.is_empty(), "{token_errors:?}");
-    assert!(codes.iter().all(|c| *c == Some(0)), "exit codes {codes:?}");
+    assert_clean(&overlaps, &problems, &token_errors, &codes);
     assert!(
         writes.len() >= 20 && reads >= 20,
         "too few grants to mean anything"
@@ -2019,11 +2035,7 @@ fn long_stress(rig: &Rig, name: &str, a: &Path, b: &Path) {
         .values()
         .map(|v| v.iter().filter(|e| !e.1).count())
         .sum();
-    let per_host: BTreeMap<String, usize> = grants.iter().fold(BTreeMap::new(), |mut m, g| {
-        *m.entry(g.who.split('-').next().unwrap_or("").to_string())
-            .or_default() += 1;
-        m
-    });
+    let per_host = per_host(&grants);
     eprintln!(
         "netfs long stress {name}: {:.0} s, lease {} s, {} grants ({writes} write, {reads} read, \
          {long_reads} reads held longer than the lease), per host {per_host:?}, {long_waits} \
@@ -2039,20 +2051,11 @@ fn long_stress(rig: &Rig, name: &str, a: &Path, b: &Path) {
         fifo_errors.len(),
         problems.len()
     );
-    for o in overlaps.iter().take(20) {
-        eprintln!("  overlap: {o}");
-    }
     for f in fifo_errors.iter().take(20) {
         eprintln!("  FIFO: {f}");
     }
-    for p in problems.iter().take(20) {
-        eprintln!("  problem: {p}");
-    }
-    assert!(overlaps.is_empty(), "{} overlapping grants", overlaps.len());
-    assert!(problems.is_empty(), "{problems:#?}");
-    assert!(token_errors.is_empty(), "{token_errors:?}");
     assert!(fifo_errors.is_empty(), "{fifo_errors:#?}");
-    assert!(codes.iter().all(|c| *c == Some(0)), "exit codes {codes:?}");
+    assert_clean(&overlaps, &problems, &token_errors, &codes);
     assert!(writes >= 5 && reads >= 5, "too few grants to mean anything");
     assert!(
         long_waits >= 1 && long_reads >= 1,
