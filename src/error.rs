@@ -88,7 +88,8 @@ impl std::fmt::Display for Owner {
 /// ```
 /// let dir = tempfile::tempdir()?;
 /// let lock = rwdir::DirLock::new(dir.path())?;
-/// let _w = lock.write()?;
+/// // Taken by another thread (a thread's own guard would give `WouldDeadlock`).
+/// let _w = std::thread::scope(|s| s.spawn(|| lock.write()).join()).expect("thread")?;
 /// match lock.try_read() {
 ///     Err(rwdir::Error::WouldBlock { holder, .. }) => {
 ///         let holder = holder.expect("the writer is named");
@@ -169,6 +170,32 @@ pub enum Error {
         /// The locked directory.
         dir: PathBuf,
     },
+    /// The calling thread asked for a lock that can only be granted after it releases a
+    /// guard it holds itself, so waiting would never end: a write while this thread
+    /// holds a read or write guard on the same directory, a read while it holds the
+    /// write guard, or a second read while a writer waits (the writer waits for this
+    /// thread's read guard, and the new read for the writer). Nothing was created.
+    ///
+    /// A guard counts as the calling thread's if this thread took it (or downgraded
+    /// it), through any [`DirLock`](crate::DirLock) on the same state directory, until
+    /// it is released or dropped, even if it was moved to another thread meanwhile.
+    /// Guards of other threads never cause this error: a thread waits for them as for
+    /// another process.
+    #[error("{} lock on `{}` would wait for ever: {}", role(*want), dir.display(), deadlock(*held, path, writer.as_deref()))]
+    WouldDeadlock {
+        /// The locked directory.
+        dir: PathBuf,
+        /// What was asked for: [`Kind::Read`](crate::Kind::Read) or
+        /// [`Kind::Write`](crate::Kind::Write).
+        want: crate::Kind,
+        /// The calling thread's guard in the way: read or write.
+        held: crate::Kind,
+        /// That guard's lock file.
+        path: PathBuf,
+        /// For a read while this thread holds a read guard: the writer that waits for
+        /// it (and that the new read would wait for).
+        writer: Option<Box<Entry>>,
+    },
     /// The highest fencing token is `u64::MAX`, which counting never reaches: someone
     /// planted it, and no write grant can have a higher token. `cleanup_all` keeps the
     /// highest token; remove this file by hand, when no process uses the lock, to go on.
@@ -190,8 +217,47 @@ pub enum Error {
 
 fn describe(holder: Option<&Entry>) -> String {
     match holder {
+        Some(e)
+            if e.holder
+                .as_ref()
+                .is_some_and(crate::Holder::is_this_process) =>
+        {
+            format!("held by this process: {}", e.describe())
+        }
         Some(e) => format!("held by {}", e.describe()),
         None => "held by another process".to_string(),
+    }
+}
+
+fn role(kind: crate::Kind) -> &'static str {
+    match kind {
+        crate::Kind::Write => "write",
+        _ => "read",
+    }
+}
+
+/// Why a [`Error::WouldDeadlock`] request would wait for ever.
+fn deadlock(held: crate::Kind, path: &Path, writer: Option<&Entry>) -> String {
+    let path = path.display();
+    match (held, writer) {
+        (crate::Kind::Write, _) => format!(
+            "this thread holds the write lock on it (`{path}`); release or downgrade that guard first"
+        ),
+        (_, Some(w)) => format!(
+            "{}{} waits for the read lock this thread holds (`{path}`), and readers wait behind a waiting writer; release that guard first",
+            w.describe(),
+            if w.holder
+                .as_ref()
+                .is_some_and(crate::Holder::is_this_process)
+            {
+                ", another thread of this process,"
+            } else {
+                ""
+            }
+        ),
+        (_, None) => format!(
+            "this thread holds a read lock on it (`{path}`), and a writer waits for every reader; release that guard first"
+        ),
     }
 }
 
@@ -199,7 +265,7 @@ impl Error {
     /// The [`io::ErrorKind`] that best describes this error.
     ///
     /// `WouldBlock` and `TimedOut` map to the kinds of the same name, `NotADirectory` to
-    /// [`io::ErrorKind::NotADirectory`], `LockLost` to [`io::ErrorKind::Other`],
+    /// [`io::ErrorKind::NotADirectory`], `WouldDeadlock` to [`io::ErrorKind::Deadlock`], `LockLost` to [`io::ErrorKind::Other`],
     /// `TokensExhausted` to [`io::ErrorKind::InvalidData`], and
     /// filesystem errors (`PermissionDenied` too) keep the operating system's kind.
     ///
@@ -208,11 +274,14 @@ impl Error {
     /// ```
     /// let dir = tempfile::tempdir()?;
     /// let lock = rwdir::DirLock::new(dir.path())?;
-    /// let _r = lock.read()?;
+    /// let _r = std::thread::scope(|s| s.spawn(|| lock.read()).join()).expect("thread")?; // another thread's
     /// let err = lock.try_write().unwrap_err();
     /// assert_eq!(err.kind(), std::io::ErrorKind::WouldBlock);
     /// let io: std::io::Error = err.into(); // the kind survives the conversion
     /// assert_eq!(io.kind(), std::io::ErrorKind::WouldBlock);
+    /// let mine = lock.read()?; // this thread's
+    /// assert_eq!(lock.try_write().unwrap_err().kind(), std::io::ErrorKind::Deadlock);
+    /// # drop(mine);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn kind(&self) -> io::ErrorKind {
@@ -224,11 +293,12 @@ impl Error {
             Error::Cancelled { .. } => io::ErrorKind::Interrupted,
             Error::LockLost { .. } => io::ErrorKind::Other,
             Error::TokensExhausted { .. } => io::ErrorKind::InvalidData,
+            Error::WouldDeadlock { .. } => io::ErrorKind::Deadlock,
         }
     }
 
     /// The path this error is about: the file or directory for filesystem errors, the
-    /// locked directory for `WouldBlock` and `TimedOut`.
+    /// locked directory for `WouldBlock`, `TimedOut`, `Cancelled` and `WouldDeadlock`.
     ///
     /// # Examples
     ///
@@ -247,7 +317,8 @@ impl Error {
             | Error::TokensExhausted { path } => path,
             Error::WouldBlock { dir, .. }
             | Error::TimedOut { dir, .. }
-            | Error::Cancelled { dir } => dir,
+            | Error::Cancelled { dir }
+            | Error::WouldDeadlock { dir, .. } => dir,
         }
     }
 
@@ -258,7 +329,7 @@ impl Error {
     /// ```
     /// let dir = tempfile::tempdir()?;
     /// let lock = rwdir::DirLock::new(dir.path())?;
-    /// let _w = lock.write()?;
+    /// let _w = std::thread::scope(|s| s.spawn(|| lock.write()).join()).expect("thread")?; // another thread's
     /// let err = lock.try_read().unwrap_err();
     /// let holder = err.holder().and_then(|e| e.holder.as_ref()).expect("a holder record");
     /// assert_eq!(holder.pid, std::process::id());

@@ -16,6 +16,7 @@ use crate::error::{Error, Result};
 use crate::fsops::StateDir;
 use crate::holder::Kind;
 use crate::names::LockName;
+use crate::owned;
 use crate::protocol::{self, Own};
 use crate::sys::FileId;
 
@@ -35,12 +36,21 @@ pub(crate) struct Held {
     spent: Mutex<Vec<OwnedFd>>,
     /// The process that created the file; a forked child never releases it.
     owner_pid: u32,
-    lost: AtomicBool,
+    /// This guard in the records of the guards held by each thread (self-deadlock check).
+    mark: owned::Mark,
+    /// Set once the file is found gone or replaced (shared with `mark`).
+    lost: Arc<AtomicBool>,
     released: AtomicBool,
 }
 
 impl Held {
     pub(crate) fn new(sd: Arc<StateDir>, cfg: Arc<Config>, own: Own) -> Arc<Held> {
+        let kind = match own.name {
+            LockName::Master => Kind::Write,
+            _ => Kind::Read,
+        };
+        let lost = Arc::new(AtomicBool::new(false));
+        let mark = owned::Mark::new(&sd, kind, own.name, Arc::clone(&lost));
         let held = Arc::new(Held {
             sd,
             cfg,
@@ -50,7 +60,8 @@ impl Held {
             spent: Mutex::new(own.spent),
             fd: Mutex::new(Some(own.created.fd)),
             owner_pid: own.pid,
-            lost: AtomicBool::new(false),
+            mark,
+            lost,
             released: AtomicBool::new(false),
         });
         if held.cfg.heartbeat {
@@ -100,6 +111,7 @@ impl Held {
         if std::process::id() != self.owner_pid || self.released.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
+        self.mark.forget();
         if !self.lost.load(Ordering::Relaxed) {
             let fd = self.fd.lock().take();
             if let Some(fd) = fd {
@@ -377,8 +389,9 @@ impl WriteGuard {
     /// let first = lock.write()?.token();
     /// let second = lock.write()?.token();
     /// assert!(second > first);
-    /// // A write that gives up while a reader holds the lock has used a token.
-    /// let reader = lock.read()?;
+    /// // A write that gives up while a reader (of another thread) holds the lock has
+    /// // used a token.
+    /// let reader = std::thread::scope(|s| s.spawn(|| lock.read()).join()).expect("thread")?;
     /// assert!(lock.try_write().is_err());
     /// drop(reader);
     /// assert!(lock.write()?.token() > second + 1);

@@ -133,6 +133,17 @@ pub struct Holder {
 }
 
 impl Holder {
+    /// Whether the record names the calling process (same host, boot, pid namespace,
+    /// pid and start time).
+    pub(crate) fn is_this_process(&self) -> bool {
+        let me = crate::sys::identity();
+        self.pid == me.pid
+            && self.start == me.start
+            && self.pidns == me.pidns
+            && self.boot_id == me.boot_id
+            && self.host == me.host
+    }
+
     /// When the record was written (see [`Holder::since_ns`]).
     pub fn since(&self) -> SystemTime {
         UNIX_EPOCH + Duration::from_nanos(self.since_ns)

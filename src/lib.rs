@@ -7,7 +7,8 @@
 //! {
 //!     let _r1 = lock.read()?;
 //!     let _r2 = lock.try_read()?; // readers share
-//!     assert!(lock.try_write().is_err()); // a writer waits for them
+//!     // A writer (here in another thread) waits for them.
+//!     std::thread::scope(|s| assert!(s.spawn(|| lock.try_write()).join().is_ok_and(|w| w.is_err())));
 //! }
 //! let w = lock.write()?;
 //! assert!(w.token() >= 1); // the fencing token of this grant
@@ -127,8 +128,36 @@
 //!   (the guards are `#[must_use]`); bind it to a named variable.
 //! - After `fork`, the child does not own the parent's guards: releasing or dropping
 //!   them in the child does nothing, and the parent still holds the lock.
-//! - Threads of one process take the lock like separate processes; a thread that waits
-//!   for a write lock while the same thread holds a read lock waits for ever.
+//! - Threads of one process take the lock like separate processes: a thread waits for
+//!   another thread's guard as for another process's. See *Threads* for what one
+//!   thread may hold at once.
+//!
+//! # Threads
+//!
+//! A thread's own guards are the one thing it cannot wait for: a request that could only
+//! be granted once the calling thread released a guard it holds fails at once with
+//! [`Error::WouldDeadlock`], naming that guard, instead of waiting for ever. The check
+//! covers every [`DirLock`] on the same state directory, whatever path or handle reached
+//! it, and creates nothing.
+//!
+//! - Allowed in one thread: several read guards, taken while no writer waits; a
+//!   [`WriteGuard::downgrade`]; guards on different directories.
+//! - Refused with `WouldDeadlock`: a write while the thread holds any guard on the
+//!   directory; a read while it holds the write guard; another read while a writer waits
+//!   (that writer waits for the read guard this thread holds, and readers wait
+//!   behind a waiting writer). `try_*` calls are refused the same way, rather than
+//!   reporting the lock busy or waiting out their timeout.
+//! - Guards of other threads of this process never cause it: the request waits, exactly
+//!   as if another process held them.
+//! - A guard counts as the calling thread's if this thread took it (or downgraded it),
+//!   until it is released or dropped, even after it was moved to another thread: a move
+//!   cannot be observed. So a thread that hands its guard to another thread and then asks
+//!   for a conflicting lock gets `WouldDeadlock` instead of waiting for the other thread
+//!   to release it; and the thread that received a guard is not protected: if it asks for
+//!   a conflicting lock while it still holds that guard, it waits for ever. Take a lock in
+//!   the thread that will hold it where you can. A guard found lost (its file removed, by
+//!   `cleanup --all` say) no longer counts; a leaked guard (`std::mem::forget`) counts
+//!   while its file is there.
 
 #![warn(missing_docs, unreachable_pub)]
 
@@ -143,6 +172,7 @@ mod liveness;
 mod lock;
 mod names;
 mod notify;
+mod owned;
 mod protocol;
 mod status;
 mod sys;

@@ -12,6 +12,8 @@ use crate::entry::Entry;
 use crate::error::{Error, Result};
 use crate::fsops::StateDir;
 use crate::guard::{Held, ReadGuard, WriteGuard};
+use crate::holder::Kind;
+use crate::owned;
 use crate::protocol;
 use crate::status::{self, Status};
 use crate::wait::Deadline;
@@ -386,14 +388,32 @@ impl DirLock {
         Ok(sd)
     }
 
+    /// [`Error::WouldDeadlock`] if a guard of the calling thread is in the way of `want`
+    /// whatever the others do (a read guard in the way of a read only while a writer
+    /// waits: `protocol::read` asks that when it would wait).
+    fn not_mine(&self, sd: &StateDir, want: Kind) -> Result<()> {
+        match owned::in_the_way(sd, want) {
+            Some(mine) => Err(Error::WouldDeadlock {
+                dir: self.cfg.dir.clone(),
+                want,
+                held: mine.kind,
+                path: mine.path,
+                writer: None,
+            }),
+            None => Ok(()),
+        }
+    }
+
     fn acquire_read(&self, deadline: Deadline) -> Result<ReadGuard> {
         let sd = self.state()?;
+        self.not_mine(&sd, Kind::Read)?;
         let own = protocol::read(&sd, &self.cfg, deadline)?;
         Ok(ReadGuard::new(Held::new(sd, Arc::clone(&self.cfg), own)))
     }
 
     fn acquire_write(&self, deadline: Deadline) -> Result<WriteGuard> {
         let sd = self.state()?;
+        self.not_mine(&sd, Kind::Write)?;
         let (own, token) = protocol::write(&sd, &self.cfg, deadline)?;
         Ok(WriteGuard::new(
             Held::new(sd, Arc::clone(&self.cfg), own),
@@ -434,7 +454,7 @@ impl DirLock {
     /// ```
     /// let dir = tempfile::tempdir()?;
     /// let lock = rwdir::DirLock::new(dir.path())?;
-    /// let w = lock.write()?;
+    /// let w = std::thread::scope(|s| s.spawn(|| lock.write()).join()).expect("thread")?; // another thread's
     /// let err = lock.try_read().unwrap_err();
     /// assert_eq!(err.kind(), std::io::ErrorKind::WouldBlock);
     /// # drop(w);
@@ -520,8 +540,8 @@ impl DirLock {
     /// ```
     /// let dir = tempfile::tempdir()?;
     /// let lock = rwdir::DirLock::new(dir.path())?;
-    /// let r = lock.read()?;
-    /// assert!(lock.try_write().is_err());
+    /// let r = std::thread::scope(|s| s.spawn(|| lock.read()).join()).expect("thread")?; // another thread's
+    /// assert_eq!(lock.try_write().unwrap_err().kind(), std::io::ErrorKind::WouldBlock);
     /// drop(r);
     /// assert!(lock.try_write().is_ok());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -542,7 +562,7 @@ impl DirLock {
     /// use std::time::Duration;
     /// let dir = tempfile::tempdir()?;
     /// let lock = rwdir::DirLock::new(dir.path())?;
-    /// let _r = lock.read()?;
+    /// let _r = std::thread::scope(|s| s.spawn(|| lock.read()).join()).expect("thread")?; // another thread's
     /// let err = lock.try_write_for(Duration::from_millis(50)).unwrap_err();
     /// assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
     /// # Ok::<(), Box<dyn std::error::Error>>(())

@@ -60,7 +60,10 @@ fn readers_share_across_processes() {
     assert!(st.readers.iter().all(|e| e.liveness == Liveness::Alive));
     assert!(st.writer.is_none() && st.pending.is_empty());
 
-    let err = lk.try_write().expect_err("a writer is excluded by readers");
+    // From another thread: this thread's own reader would make it `WouldDeadlock`.
+    let err = std::thread::scope(|s| s.spawn(|| lk.try_write().map(drop)).join())
+        .expect("thread")
+        .expect_err("a writer is excluded by readers");
     assert_eq!(err.kind(), ErrorKind::WouldBlock);
     assert!(
         [a.pid(), b.pid(), std::process::id()].contains(&holder_pid(&err).expect("named")),

@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
@@ -298,4 +299,289 @@ fn a_forked_child_never_releases_the_parents_lock() {
         r.release().expect("the parent releases normally");
     }
     common::assert_only_token(dir.path());
+}
+
+// ---------------------------------------------------------------------------------
+// A thread's own guards (lib.rs, "Threads")
+
+/// Runs `f` on a thread of its own and returns what it returns, failing the test if it
+/// does not return within [`LONG`]: a request that waits for its own thread's guard
+/// would otherwise hang the test instead of failing it.
+fn on_a_thread<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(LONG) {
+        Ok(t) => t,
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("{what}: still waiting after {LONG:?}: a self-deadlock")
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => panic!("{what}: panicked"),
+    }
+}
+
+/// The facts of a `WouldDeadlock`, or a failure naming what came instead.
+fn deadlock<T>(what: &str, r: rwdir::Result<T>) -> (rwdir::Kind, rwdir::Kind, PathBuf, String) {
+    match r {
+        Err(e @ Error::WouldDeadlock { .. }) => {
+            assert_eq!(e.kind(), std::io::ErrorKind::Deadlock, "{what}");
+            let msg = e.to_string();
+            let Error::WouldDeadlock {
+                want, held, path, ..
+            } = e
+            else {
+                unreachable!()
+            };
+            (want, held, path, msg)
+        }
+        Err(e) => panic!("{what}: expected WouldDeadlock, got {e:?}"),
+        Ok(_) => panic!("{what}: expected WouldDeadlock, got a guard"),
+    }
+}
+
+#[test]
+fn a_request_that_waits_for_its_own_threads_guard_fails_at_once() {
+    use rwdir::Kind::{Read, Write};
+    let dir = tempdir();
+    let path = dir.path().to_path_buf();
+    on_a_thread("own guards", move || {
+        let lk = lock(&path);
+        // Another handle on the same directory, through another path to it.
+        let link = path.with_extension("link");
+        std::os::unix::fs::symlink(&path, &link).expect("symlink to DIR");
+        let other = DirLock::new(&link).expect("lock through the symlink");
+        let files = || common::names(&common::state(&path));
+
+        let r = lk.read().expect("read");
+        let before = files();
+        let long = Duration::from_secs(3600);
+        for (what, res) in [
+            ("write", lk.write().map(drop)),
+            ("try_write", lk.try_write().map(drop)),
+            ("try_write_for", lk.try_write_for(long).map(drop)),
+            (
+                "try_write_until",
+                other.try_write_until(Instant::now() + long).map(drop),
+            ),
+            ("write through another handle", other.write().map(drop)),
+        ] {
+            let (want, held, p, msg) = deadlock(what, res);
+            assert_eq!((want, held), (Write, Read), "{what}");
+            assert_eq!(p, r.path(), "{what}: names the guard's file");
+            assert!(
+                msg.contains("this thread holds a read lock"),
+                "{what}: {msg}"
+            );
+            assert!(msg.contains(&path.display().to_string()), "{what}: {msg}");
+            assert_eq!(files(), before, "{what}: nothing was created");
+        }
+        // Several read guards while no writer waits are fine.
+        let r2 = other.read().expect("a second read in the same thread");
+        drop((r, r2));
+
+        let w = lk.write().expect("write");
+        let before = files();
+        for (what, res, want) in [
+            ("read", lk.read().map(drop), Read),
+            ("try_read", other.try_read().map(drop), Read),
+            ("try_read_for", lk.try_read_for(long).map(drop), Read),
+            ("write", other.write().map(drop), Write),
+        ] {
+            let (w_, held, p, msg) = deadlock(what, res);
+            assert_eq!((w_, held), (want, Write), "{what}");
+            assert_eq!(p, w.path(), "{what}");
+            assert!(
+                msg.contains("this thread holds the write lock"),
+                "{what}: {msg}"
+            );
+            assert_eq!(files(), before, "{what}: nothing was created");
+        }
+        // A downgrade is allowed; the read guard it gives then counts.
+        let r = w.downgrade().expect("downgrade");
+        let r2 = lk.read().expect("another read after the downgrade");
+        let (_, held, p, _) = deadlock("write after downgrade", lk.write().map(drop));
+        assert_eq!(held, Read);
+        assert!(p == r.path() || p == r2.path());
+        drop((r, r2));
+        // Released guards count no more.
+        drop(lk.write().expect("write once everything is released"));
+    });
+    assert!(lock(dir.path()).status().expect("status").is_free());
+}
+
+#[test]
+fn a_second_read_while_a_writer_waits_for_the_first_fails_at_once() {
+    let dir = tempdir();
+    let lk = lock(dir.path());
+    // The writer in another thread, then in another process.
+    for writer_in in ["thread", "process"] {
+        let (hold_tx, hold_rx) = std::sync::mpsc::channel::<()>();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        {
+            let lk = lk.clone();
+            std::thread::spawn(move || {
+                let r = lk.read().expect("read");
+                ready_tx.send(r.path()).expect("ready");
+                // Ask again once the writer waits.
+                hold_rx.recv().expect("go");
+                let second = lk.read().map(drop);
+                let again = lk.try_read_for(Duration::from_secs(3600)).map(drop);
+                drop(r);
+                let _ = done_tx.send((second, again));
+            });
+        }
+        let mine = ready_rx.recv_timeout(LONG).expect("reader ready");
+        let mut child = None;
+        let writer = match writer_in {
+            "thread" => {
+                let lk = lk.clone();
+                Some(std::thread::spawn(move || lk.write().map(|w| w.token())))
+            }
+            _ => {
+                let mut c = common::Child::spawn("W", dir.path());
+                c.send("write");
+                child = Some(c);
+                None
+            }
+        };
+        common::wait_until("the writer waits", dir.path(), || {
+            !common::writer_pids(&lk).is_empty()
+        });
+        hold_tx.send(()).expect("go");
+        let (second, again) = done_rx
+            .recv_timeout(LONG)
+            .unwrap_or_else(|_| panic!("writer in another {writer_in}: a self-deadlock"));
+        for (what, res) in [("read", second), ("try_read_for", again)] {
+            let what = format!("{what}, writer in another {writer_in}");
+            let (_, held, p, msg) = deadlock(&what, res);
+            assert_eq!(held, rwdir::Kind::Read, "{what}");
+            assert_eq!(p, mine, "{what}");
+            assert!(
+                msg.contains("waits for the read lock this thread holds"),
+                "{what}: {msg}"
+            );
+            assert_eq!(
+                msg.contains("another thread of this process"),
+                writer_in == "thread",
+                "{what}: {msg}"
+            );
+        }
+        // The first read released, the writer gets in.
+        match (writer, child) {
+            (Some(w), _) => assert!(w.join().expect("writer thread").is_ok()),
+            (None, Some(mut c)) => {
+                let reply = c.reply();
+                assert!(reply.starts_with("ok write"), "{reply}");
+                c.finish();
+            }
+            _ => unreachable!(),
+        }
+    }
+    assert!(lk.status().expect("status").is_free());
+}
+
+#[test]
+fn a_guard_of_another_thread_is_waited_for_as_if_another_process_held_it() {
+    let dir = tempdir();
+    let lk = lock(dir.path());
+    let me = std::process::id();
+    for held in ["read", "write"] {
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let holder = {
+            let lk = lk.clone();
+            std::thread::spawn(move || {
+                let g: Box<dyn std::any::Any + Send> = match held {
+                    "read" => Box::new(lk.read().expect("read")),
+                    _ => Box::new(lk.write().expect("write")),
+                };
+                ready_tx.send(()).expect("ready");
+                go_rx.recv().expect("release");
+                drop(g);
+            })
+        };
+        ready_rx.recv_timeout(LONG).expect("holder ready");
+        // Not refused: it waits (here, until its time runs out), and says who holds.
+        let lk2 = lk.clone();
+        let err = on_a_thread("timed", move || {
+            lk2.try_write_for(Duration::from_millis(100)).map(drop)
+        })
+        .expect_err("another thread holds the lock");
+        assert_eq!(err.kind(), std::io::ErrorKind::TimedOut, "{held}: {err:?}");
+        let msg = err.to_string();
+        assert!(
+            msg.contains(&format!(
+                "held by this process: {} pid {me}",
+                if held == "read" { "reader" } else { "writer" }
+            )),
+            "{held}: {msg}"
+        );
+        // And a waiting request is granted once the other thread releases.
+        let want_read = held == "write";
+        let waiter = {
+            let lk = lk.clone();
+            std::thread::spawn(move || match want_read {
+                true => lk.read().map(drop),
+                false => lk.write().map(drop),
+            })
+        };
+        if !want_read {
+            common::wait_until("the writer waits", dir.path(), || {
+                !common::writer_pids(&lk).is_empty()
+            });
+        }
+        go_tx.send(()).expect("go");
+        holder.join().expect("holder thread");
+        waiter.join().expect("waiter thread").expect("granted");
+    }
+    // Another process's guard is not "this process".
+    let mut other = common::Child::spawn("O", dir.path());
+    other.ok("write");
+    let err = lk.try_read().map(drop).expect_err("held");
+    assert!(!err.to_string().contains("this process"), "{err}");
+    other.finish();
+    assert!(lk.status().expect("status").is_free());
+}
+
+#[test]
+fn a_moved_guard_counts_as_its_takers_until_released() {
+    let dir = tempdir();
+    let lk = lock(dir.path());
+    let r = lk.read().expect("read");
+    let taken_here = r.path();
+    let (tx, rx) = std::sync::mpsc::channel::<ReadGuard>();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let keeper = std::thread::spawn(move || {
+        let r = rx.recv().expect("guard");
+        done_rx.recv().expect("release");
+        drop(r);
+    });
+    tx.send(r).expect("send");
+    // This thread gave it away, but it is still this thread's, as documented.
+    let (_, held, path, _) = deadlock(
+        "write after moving the guard away",
+        lk.try_write_for(LONG).map(drop),
+    );
+    assert_eq!((held, path), (rwdir::Kind::Read, taken_here));
+    done_tx.send(()).expect("go");
+    keeper.join().expect("keeper");
+    drop(
+        lk.write()
+            .expect("released in the other thread: no longer counts"),
+    );
+
+    // The other side of the rule: a guard received from a thread that took it counts
+    // as that thread's, so the receiver is not told: it waits (here, runs out of time).
+    let r = std::thread::scope(|s| s.spawn(|| lk.read()).join())
+        .expect("thread")
+        .expect("read");
+    let err = lk
+        .try_write_for(Duration::from_millis(50))
+        .map(drop)
+        .expect_err("held");
+    assert_eq!(err.kind(), std::io::ErrorKind::TimedOut, "{err:?}");
+    drop(r);
+    assert!(lk.status().expect("status").is_free());
 }

@@ -242,6 +242,25 @@ impl StateDir {
         self.kind == FsKind::Remote
     }
 
+    /// `(st_dev, st_ino)` of the state directory when it was opened: which lock this is,
+    /// whatever path or handle reached it.
+    pub(crate) fn id(&self) -> FileId {
+        self.id
+    }
+
+    /// Whether something is at `name` (one `fstatat`, symlinks not followed); `true` if
+    /// that cannot be told.
+    pub(crate) fn exists(&self, name: &LockName) -> bool {
+        !matches!(
+            fstatat(
+                &self.fd,
+                name.to_string().as_str(),
+                AtFlags::AT_SYMLINK_NOFOLLOW
+            ),
+            Err(Errno::ENOENT | Errno::ENOTDIR)
+        )
+    }
+
     pub(crate) fn path_of(&self, name: &LockName) -> PathBuf {
         self.path.join(name.to_string())
     }

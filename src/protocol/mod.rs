@@ -17,6 +17,7 @@ use crate::holder::{Holder, Kind};
 use crate::judge::{Judge, Judged};
 use crate::names::LockName;
 use crate::notify::{self, Removed, Subscription};
+use crate::owned;
 use crate::status;
 use crate::sys::{self, Identity};
 use crate::wait::{Backoff, Deadline};
@@ -192,6 +193,22 @@ impl<'a> Attempt<'a> {
         self.sleep(keep).ok_or_else(|| self.give_up())
     }
 
+    /// A reader about to wait, while a writer holds or waits: [`Error::WouldDeadlock`]
+    /// if the calling thread holds a read guard here, which that writer waits for.
+    fn not_waiting_for_myself(&self) -> Result<()> {
+        let Some(mine) = owned::mine_waited_for(self.sd) else {
+            return Ok(());
+        };
+        let writer = blocker(self.sd, self.cfg, self.want, self.exclude.as_ref()).map(Box::new);
+        Err(Error::WouldDeadlock {
+            dir: self.cfg.dir.clone(),
+            want: self.want,
+            held: mine.kind,
+            path: mine.path,
+            writer,
+        })
+    }
+
     /// Marks the start of a listing that decides whether to sleep: a wake-up then
     /// reports only removals that the listing may have missed.
     fn look(&self) {
@@ -296,6 +313,7 @@ pub(crate) fn read(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<Ow
             if !queued && !master {
                 break;
             }
+            at.not_waiting_for_myself()?;
             // Only a writer's `.master_lock` was in our way, and the wake-up says it went
             // away: announce at once. R1 only keeps readers from announcing while a writer
             // waits; R3 alone decides. Should a writer have queued meanwhile (creations
@@ -326,6 +344,7 @@ pub(crate) fn read(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<Ow
             return Ok(own);
         }
         sd.unlink(&own.close())?;
+        at.not_waiting_for_myself()?;
         at.pause(&[])?;
     }
 }

@@ -248,7 +248,15 @@ impl Scanner {
             let what = format!("op {i} {op:?}");
             let before = self.tokens();
             let started = Instant::now();
-            let result = self.run(&lock, *op, &mut guards, &me, &planted, &what);
+            // Each call on a thread of its own, as if another process made it: the
+            // guards kept from earlier calls are then in its way as another process's
+            // are (a thread's own guards would only give `WouldDeadlock`, which
+            // `tests/threads.rs` checks), and the protocol is what is fuzzed.
+            let result = std::thread::scope(|s| {
+                let call = s.spawn(|| self.run(&lock, *op, &mut guards, &me, &planted, &what));
+                call.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            });
             let took = started.elapsed();
             assert!(took < SCAN_OP_LIMIT, "{what} took {took:?}");
             let new: Vec<u64> = self
