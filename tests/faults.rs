@@ -302,9 +302,23 @@ fn a_full_filesystem_fails_cleanly_with_storage_full() {
         let p = fillers.pop().expect("a filler");
         fs::remove_file(p).expect("free a page");
         let what = format!("{free} free pages");
-        let l = attempts_when_full(&dir, &what);
-        let c = commands_when_full(&dir, outside.path(), &what);
+        let mut l = attempts_when_full(&dir, &what);
+        let mut c = commands_when_full(&dir, outside.path(), &what);
         eprintln!("{what}: library {l:?}, command {c:?}");
+        // A page of an unlinked file is freed at its last `close`. A test thread that
+        // forks (other tests of this binary start processes) copies our descriptors
+        // into its child until that child's `exec` closes them, so a page may come back
+        // a moment late (seen once in 8 runs of the whole file on a busy machine). The
+        // files must still be freed, so the measurement is taken again, a few times.
+        for _ in 0..5 {
+            if free < 4 || l.iter().chain(&c).all(|o| *o == Outcome::Taken) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+            l = attempts_when_full(&dir, &what);
+            c = commands_when_full(&dir, outside.path(), &what);
+            eprintln!("{what}, again: library {l:?}, command {c:?}");
+        }
         if free == 4 {
             assert!(l.iter().chain(&c).all(|o| *o == Outcome::Taken), "{what}");
         }
@@ -677,7 +691,13 @@ fn renaming_dir_moves_the_lock_with_it() {
     fs::rename(&t.dir, &moved).expect("mv DIR");
     w.check().expect("still held");
     let there = lib(&moved);
+    // The same lock under its new name: this thread's own writer is in the way ...
     let e = there.try_read().map(drop).expect_err("held");
+    assert_eq!(e.kind(), ErrorKind::Deadlock, "{e}");
+    // ... and another thread is kept out.
+    let e = std::thread::scope(|s| s.spawn(|| there.try_read().map(drop)).join())
+        .expect("thread")
+        .expect_err("held");
     assert_eq!(e.kind(), ErrorKind::WouldBlock);
     assert_eq!(
         there
