@@ -24,6 +24,7 @@
 
 use std::fs;
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::libc;
@@ -189,6 +190,9 @@ fn holding_line(left: &[i32]) -> String {
 /// Kills every process of the job (every descendant of `me`) and reaps them, until no
 /// child is left.
 fn kill_job(me: Pid) {
+    // How long to pause after a pass that reaped nothing: a process we may not signal
+    // (another user's) is waited for, without spinning.
+    let mut pause = Duration::from_millis(1);
     loop {
         let left = descendants(me);
         // Stopped first, so that none forks between the listing and its death; a child
@@ -199,18 +203,22 @@ fn kill_job(me: Pid) {
         for &pid in &left {
             let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
         }
+        let mut reaped = false;
         loop {
             match spawn::wait_any() {
-                Ok(Some(_)) | Err(Errno::EINTR) => {}
+                Ok(Some(_)) => reaped = true,
+                Err(Errno::EINTR) => {}
                 Ok(None) => break,
                 // ECHILD: none left.
                 Err(_) => return,
             }
         }
-        if left.is_empty() {
-            // Children remain but none was found alive: they are being reaped by the
-            // kernel; look again shortly.
-            std::thread::sleep(std::time::Duration::from_millis(1));
+        if reaped {
+            pause = Duration::from_millis(1);
+        } else {
+            // The killed are not gone yet (or may not be killed): look again shortly.
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(100));
         }
     }
 }
