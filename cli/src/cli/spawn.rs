@@ -31,8 +31,9 @@
 //!
 //! Why the reaper is a `fork`, not a `clone(CLONE_VM)` child nor a re-executed rwdir: it
 //! runs for as long as the job, in Rust code that allocates, so it needs memory of its
-//! own; executing rwdir again would cost a Rust program's start-up (~0.9 ms), a `fork`
-//! of the still small, single-threaded rwdir ~0.2 ms (docs/notes/command-startup.md).
+//! own; executing rwdir again would cost a Rust program's start-up (~0.9 ms) before
+//! COMMAND's exec, where the reaper, `fork` included, costs ~0.5 ms per run in all
+//! (docs/notes/command-startup.md).
 //! The reaper then starts COMMAND with `clone(CLONE_VM | CLONE_VFORK)`, as
 //! `posix_spawn` does: it is suspended until COMMAND's exec (or exit), so the child can
 //! use its memory, `errno` included, undisturbed.
