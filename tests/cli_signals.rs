@@ -382,6 +382,56 @@ fn ctrl_c_in_the_terminal_reaches_command() {
         .expect_code(0);
 }
 
+/// Issue #19: `sleep 1000 &` in an interactive shell run as COMMAND, then `exit`. The
+/// job control of the shell puts the job in a process group of its own; rwdir holds the
+/// lock until it exits all the same. (On the code before the reaper, rwdir released the
+/// lock and exited at once.)
+#[test]
+fn a_job_left_by_an_interactive_command_keeps_the_lock() {
+    let t = Dir::new();
+    let d = t.d();
+    let pid_file = t.path("job.pid");
+    let (mut child, mut master, rx) = in_terminal(&t, &["write", &d, "sh", "-i"]);
+    let mut seen = String::new();
+    let line = format!(
+        "sh -c 'echo $$ > {}; exec sleep 1000' &\n",
+        pid_file.display()
+    );
+    master.write_all(line.as_bytes()).expect("type");
+    util::wait_until(
+        || fs::read_to_string(&pid_file).is_ok_and(|s| s.trim().parse::<i32>().is_ok()),
+        || format!("the job never started\n{}", t.listing()),
+    );
+    let pid: i32 = fs::read_to_string(&pid_file)
+        .unwrap_or_default()
+        .trim()
+        .parse()
+        .unwrap_or(0);
+    // Killed if the test fails.
+    struct Job(nix::unistd::Pid);
+    impl Drop for Job {
+        fn drop(&mut self) {
+            let _ = nix::sys::signal::kill(self.0, Signal::SIGKILL);
+        }
+    }
+    let job = Job(nix::unistd::Pid::from_raw(pid));
+    master.write_all(b"exit\n").expect("type exit");
+    expect_output(
+        &rx,
+        &mut seen,
+        &format!("remaining process exits: pid {pid}"),
+    );
+    t.rwdir(["read", "--no-wait", &d, "true"])
+        .run()
+        .expect_code(75);
+    nix::sys::signal::kill(job.0, Signal::SIGTERM).expect("end the job");
+    let st = wait_bounded(&mut child, &seen);
+    assert_eq!(st.code(), Some(0), "terminal showed:\n{seen}");
+    t.rwdir(["read", "--no-wait", &d, "true"])
+        .run()
+        .expect_code(0);
+}
+
 #[test]
 fn ctrl_z_and_fg_in_an_interactive_shell() {
     let t = Dir::new();

@@ -109,9 +109,16 @@ pub(crate) struct LockArgs {
     pub(crate) no_wait: bool,
 
     /// Do not say so on standard error when waiting for the lock takes more than a
-    /// second. Errors are still reported.
+    /// second, nor when the lock is held for processes COMMAND left behind. Errors are
+    /// still reported.
     #[arg(short, long)]
     pub(crate) quiet: bool,
+
+    /// Release the lock as soon as COMMAND itself exits, without waiting for the
+    /// processes it left running (background jobs, daemons), which then run without the
+    /// lock and are no longer killed if rwdir dies.
+    #[arg(long)]
+    pub(crate) no_wait_children: bool,
 
     /// The directory to lock. It must exist; the lock files go in DIR/.rwdir.
     #[arg(value_name = "DIR")]

@@ -3,6 +3,7 @@
 pub(crate) mod args;
 pub(crate) mod cleanup;
 pub(crate) mod exec;
+pub(crate) mod reap;
 pub(crate) mod spawn;
 pub(crate) mod status;
 pub(crate) mod supervise;
@@ -60,9 +61,14 @@ COMMAND's environment:
                 over all write grants on DIR. It protects only a resource that
                 remembers the highest token it has seen and rejects lower ones.
 
-COMMAND runs in its own process group and is killed (SIGKILL) if rwdir dies. The lock
-counts as held while any process of that group lives. SIGINT, SIGTERM and SIGHUP sent
-to rwdir are forwarded to the group; the lock is released when COMMAND exits.
+COMMAND runs in a process group of its own. The lock is held until COMMAND and every
+process it started have exited: background jobs (nohup'd or not), and processes that
+left the group (setsid, double forks, daemons). Once COMMAND has exited, rwdir says
+once on stderr which processes it still waits for (--quiet silences this), and exits
+with COMMAND's status when they are gone. --no-wait-children releases the lock as soon
+as COMMAND itself exits instead. If rwdir dies, even by SIGKILL, every process of the
+job is killed (with --no-wait-children, COMMAND only). SIGINT, SIGTERM and SIGHUP sent
+to rwdir are forwarded to COMMAND's process group.
 While waiting more than a second, rwdir says once on stderr who holds the lock
 (--quiet silences this).
 

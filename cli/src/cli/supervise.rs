@@ -1,5 +1,7 @@
-//! `rwdir read|write`: take the lock for COMMAND's process group, run COMMAND, forward
-//! signals, hand over the terminal, watch the lock, and pass COMMAND's status on.
+//! `rwdir read|write`: take the lock for COMMAND's process group, run COMMAND (through
+//! the reaper of [`super::reap`], which keeps the group alive until every process of
+//! the job has exited, unless `--no-wait-children`), forward signals, hand over the
+//! terminal, watch the lock, and pass COMMAND's status on.
 //!
 //! One thread does it all when the lock is free. Before the fork, rwdir blocks SIGINT,
 //! SIGTERM, SIGHUP (those it was not started with ignored) and SIGCHLD, and reads them
@@ -35,7 +37,8 @@ use rwdir::{DirLock, Entry, ReadGuard, WriteGuard};
 
 use super::args::LockArgs;
 use super::exec::Prepared;
-use super::spawn::{Child, Started};
+use super::reap::KILL_JOB;
+use super::spawn::{Child, Reaper, Started};
 use super::{Error, builder, code, message, say};
 
 /// How often the lock is checked while COMMAND runs.
@@ -129,9 +132,11 @@ pub(crate) fn run(mode: Mode, args: &LockArgs, lease: Option<Duration>) -> Resul
         &args.dir,
     )?));
     let signals = Signals::block()?;
-    let mut child = Child::fork(cmd, &signals.original_mask)?;
+    // The reaper (the default) holds the lock until every process of the job is gone.
+    let reaper = (!args.no_wait_children).then_some(Reaper { quiet: args.quiet });
+    let mut child = Child::fork(cmd, &signals.original_mask, reaper)?;
     let pgid = child.pid();
-    let mut events = Events::new(signals.fd, pgid);
+    let mut events = Events::new(signals.fd, pgid, child.take_notes());
 
     // A signal while waiting cancels the acquisition, which then removes its own files
     // (a queued writer left behind would hold up other hosts' readers for a lease).
@@ -166,6 +171,10 @@ pub(crate) fn run(mode: Mode, args: &LockArgs, lease: Option<Duration>) -> Resul
             program: cmd.program().to_os_string(),
             source,
         }),
+        Ok(Started::CannotStart(source)) => Err(Error::Sys {
+            action: "start COMMAND's process",
+            source,
+        }),
         Err(e) => Err(e),
     };
     if let Err(e) = started {
@@ -175,7 +184,14 @@ pub(crate) fn run(mode: Mode, args: &LockArgs, lease: Option<Duration>) -> Resul
         return Err(e);
     }
 
-    let outcome = supervise(pgid, &guard, lock.lease(), &terminal, &mut events);
+    let outcome = supervise(
+        pgid,
+        reaper.is_some(),
+        &guard,
+        lock.lease(),
+        &terminal,
+        &mut events,
+    );
     terminal.take_back();
     match outcome {
         Ok(status) => match guard.release() {
@@ -292,6 +308,8 @@ fn acquire(
                 say(&waiting_line(lock, mode, &args.dir));
                 announce = None;
             }
+            // (Not before COMMAND runs.)
+            Event::CommandStopped => {}
         }
     }
 }
@@ -315,10 +333,12 @@ fn waiting_line(lock: &DirLock, mode: Mode, dir: &Path) -> String {
 }
 
 /// Waits for COMMAND while forwarding signals, refreshing the lock file every lease/3
-/// and checking the lock every [`CHECK_EVERY`]. Returns COMMAND's exit status, or
-/// [`Error::Lost`] if a refresh or a check found the lock lost.
+/// and checking the lock every [`CHECK_EVERY`]. With a reaper (`reaped`), waits for the
+/// reaper, which exits once the whole job has, as COMMAND did. Returns COMMAND's exit
+/// status, or [`Error::Lost`] if a refresh or a check found the lock lost.
 fn supervise(
     pgid: Pid,
+    reaped: bool,
     guard: &Guard,
     lease: Duration,
     terminal: &Terminal,
@@ -339,7 +359,14 @@ fn supervise(
                 break u8::try_from(code & 0xff).unwrap_or(code::FAILURE);
             }
             Event::Child(Ok(WaitStatus::Signaled(_, sig, _))) => break signal_status(sig),
-            Event::Child(Ok(WaitStatus::Stopped(..))) => terminal.follow_stop(pgid),
+            // The reaper never stays stopped (it guards the job); its notes say when
+            // COMMAND stops.
+            Event::Child(Ok(WaitStatus::Stopped(..))) if reaped => {
+                let _ = nix::sys::signal::kill(pgid, Signal::SIGCONT);
+            }
+            Event::Child(Ok(WaitStatus::Stopped(..))) | Event::CommandStopped => {
+                terminal.follow_stop(pgid);
+            }
             Event::Child(Ok(_)) | Event::Done => {}
             Event::Child(Err(e)) => return Err(Error::sys("wait for COMMAND", e)),
             Event::Signal(sig) => signal_group(pgid, sig),
@@ -362,7 +389,12 @@ fn supervise(
                             }
                         }
                         Some((_, kill_at)) if !killed && now >= *kill_at => {
-                            signal_group(pgid, Signal::SIGKILL);
+                            if reaped {
+                                // The reaper kills every process of the job.
+                                let _ = nix::sys::signal::kill(pgid, KILL_JOB);
+                            } else {
+                                signal_group(pgid, Signal::SIGKILL);
+                            }
                             killed = true;
                         }
                         Some(_) => {}
@@ -409,6 +441,8 @@ enum Event {
     Child(nix::Result<WaitStatus>),
     /// The acquisition thread is done: its result is on its channel.
     Done,
+    /// The reaper says COMMAND stopped.
+    CommandStopped,
     /// The deadline passed.
     Timeout,
 }
@@ -419,6 +453,8 @@ enum Event {
 struct Events {
     signals: SignalFd,
     child: Pid,
+    /// The read end of the reaper's notes, until it closes.
+    notes: Option<OwnedFd>,
     /// Whether the child's end was reaped (then it is never waited for again).
     reaped: bool,
     /// Events seen but not yet returned (one read may bring several).
@@ -426,10 +462,11 @@ struct Events {
 }
 
 impl Events {
-    fn new(signals: SignalFd, child: Pid) -> Events {
+    fn new(signals: SignalFd, child: Pid, notes: Option<OwnedFd>) -> Events {
         Events {
             signals,
             child,
+            notes,
             reaped: false,
             queue: VecDeque::new(),
         }
@@ -458,26 +495,53 @@ impl Events {
                     PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)
                 }
             };
-            let (signalled, finished) = {
+            let (signalled, finished, noted) = {
                 let mut fds = vec![PollFd::new(self.signals.as_fd(), PollFlags::POLLIN)];
-                if let Some(fd) = done {
+                let notes_at = self.notes.as_ref().map(|fd| {
                     fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
-                }
+                    fds.len() - 1
+                });
+                let done_at = done.map(|fd| {
+                    fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
+                    fds.len() - 1
+                });
                 match nix::poll::poll(&mut fds, timeout) {
                     Ok(_) => {}
                     Err(Errno::EINTR) => continue,
                     Err(e) => return Err(Error::sys("wait for signals", e)),
                 }
                 // POLLHUP too: the thread closed its end of the pipe.
-                let ready = |fd: &PollFd<'_>| fd.revents().is_some_and(|r| !r.is_empty());
-                (ready(&fds[0]), fds.get(1).is_some_and(ready))
+                let ready = |i: Option<usize>| {
+                    i.and_then(|i| fds.get(i))
+                        .is_some_and(|fd| fd.revents().is_some_and(|r| !r.is_empty()))
+                };
+                (ready(Some(0)), ready(done_at), ready(notes_at))
             };
+            if noted {
+                self.read_notes();
+            }
             if signalled {
                 self.read_signals();
             }
             if finished {
                 self.queue.push_back(Event::Done);
             }
+        }
+    }
+
+    /// Takes the reaper's notes: `s` when COMMAND stopped. Stops reading at EOF.
+    fn read_notes(&mut self) {
+        let Some(fd) = &self.notes else { return };
+        let mut buf = [0u8; 64];
+        match nix::unistd::read(fd, &mut buf) {
+            Ok(0) => self.notes = None,
+            Ok(n) => {
+                for _ in buf[..n].iter().filter(|&&b| b == b's') {
+                    self.queue.push_back(Event::CommandStopped);
+                }
+            }
+            Err(Errno::EINTR | Errno::EAGAIN) => {}
+            Err(_) => self.notes = None,
         }
     }
 
