@@ -6,6 +6,7 @@ pub(crate) mod exec;
 pub(crate) mod spawn;
 pub(crate) mod status;
 pub(crate) mod supervise;
+pub(crate) mod usage;
 
 use std::ffi::OsString;
 use std::fmt::Write as _;
@@ -151,9 +152,17 @@ pub(crate) fn message(err: &dyn std::error::Error) -> String {
 /// Prints `err` on standard error the way the user should see it.
 pub(crate) fn report(err: &Error) {
     match err {
-        // clap words and colours its own messages (and help goes to stdout).
-        Error::Usage(e) => {
+        // --help and --version, which clap reports as errors, print to stdout.
+        Error::Usage(e) if !e.use_stderr() => {
             let _ = e.print();
+        }
+        // One line saying what is wrong, one naming the help to read.
+        Error::Usage(e) => {
+            let args: Vec<OsString> = std::env::args_os().collect();
+            let (line, hint) = usage::lines(e, &args);
+            say(&line);
+            use std::io::Write as _;
+            let _ = writeln!(io::stderr().lock(), "{hint}");
         }
         // Already said when it happened.
         Error::Lost(_) => {}
