@@ -3,6 +3,7 @@
 pub(crate) mod args;
 pub(crate) mod cleanup;
 pub(crate) mod exec;
+pub(crate) mod man;
 pub(crate) mod spawn;
 pub(crate) mod status;
 pub(crate) mod supervise;
@@ -126,6 +127,15 @@ pub(crate) enum Error {
     /// Writing to standard output failed.
     #[error("failed to write to standard output")]
     Output(#[source] io::Error),
+    /// Writing a file (`rwdir man --out DIR`) failed.
+    #[error("failed to write `{}`", path.display())]
+    File {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
 }
 
 impl Error {
