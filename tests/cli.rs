@@ -636,26 +636,88 @@ fn state_dir_is_a_symlink() {
     );
 }
 
+/// Every usage error is exit 64 and exactly two stderr lines (docs/cli.md, "Exit
+/// status"): `rwdir: ` and what is wrong, then `hint: see 'rwdir SUBCOMMAND --help'`.
 #[test]
-fn usage_errors_exit_64() {
+fn usage_errors_exit_64_with_one_line_and_a_hint() {
     let t = Dir::new();
     let d = t.d();
-    for args in [
-        vec!["read", &d],
-        vec!["write"],
-        vec!["read", "--timeout", "soon", &d, "true"],
-        vec!["read", "--timeout", "-1", &d, "true"],
-        vec!["read", "--timeout", "1", "--no-wait", &d, "true"],
-        vec!["--lease", "0", "status", &d],
-        vec!["frobnicate"],
-        vec![],
+    for (args, message, help) in [
+        (
+            vec!["read", "--foo", &d, "true"],
+            "unexpected argument '--foo' for 'rwdir read'",
+            "rwdir read",
+        ),
+        (
+            vec!["write", "-x", &d, "true"],
+            "unexpected argument '-x' for 'rwdir write'",
+            "rwdir write",
+        ),
+        (
+            vec!["write", &d],
+            "missing <COMMAND>... for 'rwdir write'",
+            "rwdir write",
+        ),
+        (
+            vec!["write"],
+            "missing <DIR> and <COMMAND>... for 'rwdir write'",
+            "rwdir write",
+        ),
+        (
+            vec!["cleanup", "--all"],
+            "missing <DIR> for 'rwdir cleanup'",
+            "rwdir cleanup",
+        ),
+        (
+            vec!["read", "--timeout", "soon", &d, "true"],
+            "invalid value 'soon' for '--timeout <SECS>': `soon` is not a number of seconds",
+            "rwdir read",
+        ),
+        (
+            vec!["read", "--timeout", "-1", &d, "true"],
+            "invalid value '-1' for '--timeout <SECS>': `-1` seconds: must be ≥ 0",
+            "rwdir read",
+        ),
+        (
+            vec!["read", "--timeout", "1", "--no-wait", &d, "true"],
+            "the argument '--timeout <SECS>' cannot be used with '--no-wait'",
+            "rwdir read",
+        ),
+        (
+            vec!["--lease", "0", "status", &d],
+            "invalid value '0' for '--lease <SECS>': a lease of `0` seconds is too short (at least 0.1)",
+            "rwdir status",
+        ),
+        (
+            vec!["completions", "tcsh"],
+            "invalid value 'tcsh' for '<SHELL>' [possible values: bash, elvish, fish, powershell, zsh]",
+            "rwdir completions",
+        ),
+        (
+            vec!["frobnicate"],
+            "unrecognized subcommand 'frobnicate' for 'rwdir'",
+            "rwdir",
+        ),
+        (
+            vec![],
+            "missing subcommand for 'rwdir' (read, write, status, cleanup, completions, man, help)",
+            "rwdir",
+        ),
     ] {
         let r = t.rwdir(&args).run();
         r.expect_code(64);
+        let want = [
+            format!("rwdir: {message}"),
+            format!("hint: see '{help} --help'"),
+        ];
         r.check(
-            r.stderr.starts_with("error: ") || r.stderr.contains("Usage: rwdir"),
-            "clap's message",
+            r.stderr == format!("{}\n{}\n", want[0], want[1]),
+            &format!(
+                "exactly these two lines on stderr:\n{}\n{}",
+                want[0], want[1]
+            ),
         );
+        r.check(r.stdout.is_empty(), "nothing on stdout");
     }
     assert!(!t.state().exists(), "usage errors touch nothing");
 }
@@ -718,8 +780,10 @@ fn help_documents_exit_codes_and_tools_work() {
     r.expect_code(0)
         .check(r.stdout.contains("rwdir"), "completions");
     let r = t.rwdir(["man"]).run();
-    r.expect_code(0)
-        .check(r.stdout.contains(".TH rwdir"), "a man page");
+    r.expect_code(0).check(
+        r.stdout.starts_with(".ie") && r.stdout.contains("\n.TH RWDIR 1 "),
+        "a man page",
+    );
 }
 
 #[test]

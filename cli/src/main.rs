@@ -36,12 +36,8 @@ fn run() -> Result<ExitCode, Error> {
             cli::out(&String::from_utf8_lossy(&out))?;
             Ok(ExitCode::from(code::OK))
         }
-        Command::Man => {
-            let mut out = Vec::new();
-            clap_mangen::Man::new(Cli::command())
-                .render(&mut out)
-                .map_err(Error::Output)?;
-            cli::out(&String::from_utf8_lossy(&out))?;
+        Command::Man { out } => {
+            cli::man::run(out.as_deref())?;
             Ok(ExitCode::from(code::OK))
         }
     }
@@ -64,6 +60,6 @@ fn exit_code(err: &Error) -> ExitCode {
         Error::Exec { .. } => code::CANNOT_EXECUTE,
         Error::Interrupted { signal, .. } => code::SIGNAL_BASE.saturating_add(*signal as u8),
         Error::Output(e) if e.kind() == io::ErrorKind::BrokenPipe => code::OK,
-        Error::Sys { .. } | Error::Output(_) => code::FAILURE,
+        Error::Sys { .. } | Error::Output(_) | Error::File { .. } => code::FAILURE,
     })
 }

@@ -88,8 +88,13 @@ pub(crate) enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
-    /// Print the manual page (roff) to standard output.
-    Man,
+    /// Print the manual page rwdir(1), in roff, to standard output.
+    Man {
+        /// Write it as DIR/rwdir.1 instead (DIR is made if missing), for example
+        /// /usr/local/share/man/man1.
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
 }
 
 /// Options of `rwdir read` and `rwdir write`.

@@ -3,10 +3,12 @@
 pub(crate) mod args;
 pub(crate) mod cleanup;
 pub(crate) mod exec;
+pub(crate) mod man;
 pub(crate) mod reap;
 pub(crate) mod spawn;
 pub(crate) mod status;
 pub(crate) mod supervise;
+pub(crate) mod usage;
 
 use std::ffi::OsString;
 use std::fmt::Write as _;
@@ -131,6 +133,15 @@ pub(crate) enum Error {
     /// Writing to standard output failed.
     #[error("failed to write to standard output")]
     Output(#[source] io::Error),
+    /// Writing a file (`rwdir man --out DIR`) failed.
+    #[error("failed to write `{}`", path.display())]
+    File {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
 }
 
 impl Error {
@@ -157,9 +168,17 @@ pub(crate) fn message(err: &dyn std::error::Error) -> String {
 /// Prints `err` on standard error the way the user should see it.
 pub(crate) fn report(err: &Error) {
     match err {
-        // clap words and colours its own messages (and help goes to stdout).
-        Error::Usage(e) => {
+        // --help and --version, which clap reports as errors, print to stdout.
+        Error::Usage(e) if !e.use_stderr() => {
             let _ = e.print();
+        }
+        // One line saying what is wrong, one naming the help to read.
+        Error::Usage(e) => {
+            let args: Vec<OsString> = std::env::args_os().collect();
+            let (line, hint) = usage::lines(e, &args);
+            say(&line);
+            use std::io::Write as _;
+            let _ = writeln!(io::stderr().lock(), "{hint}");
         }
         // Already said when it happened.
         Error::Lost(_) => {}
