@@ -11,6 +11,15 @@
 //! wakes them when it reads an event that can end a wait, and hands the lead over when
 //! it stops waiting. Events that arrive while no one leads stay queued in the
 //! descriptor for the next leader.
+//!
+//! Each waiter says which removals concern it ([`Interest`], issue #14): a queued writer
+//! only its predecessor's queue file, or `.master_lock` once it is first; a writer
+//! waiting for readers only readers' files; a reader `.master_lock` and queued writers'
+//! files. The leader passes each event on only to the waiters it concerns, and goes back
+//! to `ppoll` if it does not concern itself: a process none of whose waiters is
+//! concerned reads the event and stays asleep, and no waiter lists the directory for a
+//! removal that cannot end its wait. Until a waiter says what concerns it (from its
+//! listing's start, [`Subscription::forget`], to its sleep) every removal does.
 
 use std::collections::HashMap;
 use std::os::fd::AsFd;
@@ -26,6 +35,7 @@ use nix::sys::stat::fstat;
 use nix::sys::time::TimeSpec;
 use parking_lot::Mutex;
 
+use crate::names::LockName;
 use crate::sys::FileId;
 
 type Key = FileId;
@@ -78,6 +88,97 @@ impl std::ops::BitOr for Removed {
     }
 }
 
+/// Which removals can end a waiter's wait, by lock file name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Interest {
+    master: bool,
+    /// Every queued writer's file.
+    pending: bool,
+    /// One file: a queued writer's predecessor in the queue.
+    one: Option<LockName>,
+    slaves: bool,
+    /// Breakers' markers and anything not named above.
+    others: bool,
+}
+
+impl Interest {
+    /// Every removal.
+    pub(crate) const ALL: Interest = Interest {
+        master: true,
+        pending: true,
+        one: None,
+        slaves: true,
+        others: true,
+    };
+    const NONE: Interest = Interest {
+        master: false,
+        pending: false,
+        one: None,
+        slaves: false,
+        others: false,
+    };
+    /// `.master_lock` only: the first queued writer, waiting for the holder.
+    pub(crate) const MASTER: Interest = Interest {
+        master: true,
+        ..Interest::NONE
+    };
+    /// `.master_lock` and every queued writer's file: a reader, which waits for
+    /// every writer.
+    pub(crate) const WRITERS: Interest = Interest {
+        master: true,
+        pending: true,
+        ..Interest::NONE
+    };
+    /// Readers' files: a writer waiting for the readers to leave.
+    pub(crate) const READERS: Interest = Interest {
+        slaves: true,
+        ..Interest::NONE
+    };
+
+    /// One queued writer's file (the predecessor of a queued writer that is not first).
+    pub(crate) fn only(name: LockName) -> Interest {
+        Interest {
+            one: Some(name),
+            ..Interest::NONE
+        }
+    }
+
+    /// What the removal `e` reports to a waiter with this interest.
+    fn concern(&self, e: &Event) -> Removed {
+        let name = match e {
+            Event::Anything => return Removed::OTHER,
+            Event::Removed(name) => name,
+        };
+        let yes = self.one == Some(*name)
+            || match name {
+                LockName::Master => self.master,
+                LockName::Pending { .. } => self.pending,
+                LockName::Slave { .. } => self.slaves,
+                _ => self.others,
+            };
+        match (yes, name) {
+            (false, _) => Removed::NOTHING,
+            (true, LockName::Master) => Removed::MASTER,
+            (true, _) => Removed::OTHER,
+        }
+    }
+
+    fn concern_all(&self, events: &[Event]) -> Removed {
+        events
+            .iter()
+            .fold(Removed::NOTHING, |r, e| r | self.concern(e))
+    }
+}
+
+/// A removal read from the descriptor that can end some wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Event {
+    Removed(LockName),
+    /// Anything may have happened: the queue overflowed, the directory went away, or
+    /// reading failed.
+    Anything,
+}
+
 /// A subscriber as the watcher sees it.
 #[derive(Debug)]
 struct Member {
@@ -90,6 +191,8 @@ struct Member {
     changed: Arc<AtomicU8>,
     /// The subscriber is (about to be) blocked as a follower.
     following: Arc<AtomicBool>,
+    /// Which removals concern it.
+    interest: Arc<Mutex<Interest>>,
 }
 
 #[derive(Debug)]
@@ -106,9 +209,13 @@ struct Watcher {
 }
 
 impl Watcher {
-    /// Tells every member but `except` that `removed` happened.
-    fn broadcast(&self, removed: Removed, except: Option<u64>) {
+    /// Tells every member but `except` of the `events` that concern it.
+    fn broadcast(&self, events: &[Event], except: Option<u64>) {
         for m in self.members.lock().iter().filter(|m| Some(m.id) != except) {
+            let removed = m.interest.lock().concern_all(events);
+            if removed.is_nothing() {
+                continue;
+            }
             removed.add_to(&m.changed);
             // A full channel already holds a wake-up: coalesce.
             let _ = m.tx.try_send(());
@@ -145,19 +252,17 @@ impl Watcher {
             .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
             .is_ok()
         {
-            let removed = self.drain();
-            if !removed.is_nothing() {
-                self.broadcast(removed, None);
-            }
+            let events = self.drain();
+            self.broadcast(&events, None);
             self.resign(None);
         }
         !self.dead.load(Ordering::SeqCst)
     }
 
     /// Reads what is queued (one `read`: what does not fit stays queued, and the
-    /// descriptor stays readable for the next look). Returns what was removed, as far as
-    /// waits are concerned: [`Removed::NOTHING`] when no wait can have ended.
-    fn drain(&self) -> Removed {
+    /// descriptor stays readable for the next look). Returns the removals that can end
+    /// some wait; none when no wait can have ended.
+    fn drain(&self) -> Vec<Event> {
         loop {
             match self.inotify.read_events() {
                 Ok(events) => {
@@ -168,15 +273,15 @@ impl Watcher {
                     if gone {
                         // The directory went away: fall back to polling.
                         self.dead.store(true, Ordering::SeqCst);
-                        return Removed::OTHER;
+                        return vec![Event::Anything];
                     }
-                    return events.iter().fold(Removed::NOTHING, |r, e| r | removed(e));
+                    return events.iter().filter_map(event).collect();
                 }
                 Err(Errno::EINTR) => {}
-                Err(Errno::EAGAIN) => return Removed::NOTHING,
+                Err(Errno::EAGAIN) => return Vec::new(),
                 Err(_) => {
                     self.dead.store(true, Ordering::SeqCst);
-                    return Removed::OTHER;
+                    return vec![Event::Anything];
                 }
             }
         }
@@ -190,10 +295,17 @@ pub(crate) struct Subscription {
     rx: Receiver<()>,
     changed: Arc<AtomicU8>,
     following: Arc<AtomicBool>,
+    interest: Arc<Mutex<Interest>>,
     watcher: Arc<Watcher>,
 }
 
 impl Subscription {
+    /// Says which removals concern the next waits (until [`Subscription::forget`]).
+    /// Removals already reported stay reported.
+    pub(crate) fn concerns(&self, interest: Interest) {
+        *self.interest.lock() = interest;
+    }
+
     /// Waits for a change or for `pause`, whichever comes first. Returns what was
     /// removed since the last `wait` or [`Subscription::forget`]
     /// ([`Removed::NOTHING`]: the pause ran out, or nothing is known).
@@ -208,8 +320,12 @@ impl Subscription {
     }
 
     /// Forgets what was removed so far: called just before a listing, so that the next
-    /// wake-up reports only what happened after it.
+    /// wake-up reports only what happened after it. Until the next
+    /// [`Subscription::concerns`], every removal concerns the subscriber: one made while
+    /// the listing is read, or before the waiter says what concerns it, may be one the
+    /// listing missed.
     pub(crate) fn forget(&self) {
+        *self.interest.lock() = Interest::ALL;
         self.changed.store(0, Ordering::SeqCst);
     }
 
@@ -276,17 +392,18 @@ impl Subscription {
             match ppoll(&mut fds, timeout, None) {
                 Ok(0) => return Some(Removed::NOTHING),
                 Ok(_) => {
-                    let removed = w.drain();
+                    let events = w.drain();
+                    w.broadcast(&events, Some(self.id));
+                    let removed = self.interest.lock().concern_all(&events);
                     if !removed.is_nothing() {
-                        w.broadcast(removed, Some(self.id));
                         return Some(removed);
                     }
-                    // Only events no one waits for: keep waiting.
+                    // Only events that do not concern us: keep waiting.
                 }
                 Err(Errno::EINTR) => {}
                 Err(_) => {
                     w.dead.store(true, Ordering::SeqCst);
-                    w.broadcast(Removed::OTHER, Some(self.id));
+                    w.broadcast(&[Event::Anything], Some(self.id));
                     return Some(Removed::OTHER);
                 }
             }
@@ -322,17 +439,20 @@ pub(crate) fn subscribe(dir: impl AsFd) -> Option<Subscription> {
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
     let changed = Arc::new(AtomicU8::new(0));
     let following = Arc::new(AtomicBool::new(false));
+    let interest = Arc::new(Mutex::new(Interest::ALL));
     watcher.members.lock().push(Member {
         id,
         tx,
         changed: Arc::clone(&changed),
         following: Arc::clone(&following),
+        interest: Arc::clone(&interest),
     });
     Some(Subscription {
         id,
         rx,
         changed,
         following,
+        interest,
         watcher,
     })
 }
@@ -347,11 +467,12 @@ fn start(dir: &impl AsFd, pid: u32) -> Option<Arc<Watcher>> {
             path.as_str(),
             // Every wait in the protocol ends with a file going away (a writer, a queued
             // writer, a reader, a breaker): creations never unblock anyone, so they are
-            // not watched, and neither are the names no one waits for (below).
-            AddWatchFlags::IN_DELETE
-                | AddWatchFlags::IN_MOVED_FROM
-                | AddWatchFlags::IN_DELETE_SELF
-                | AddWatchFlags::IN_ONLYDIR,
+            // not watched, and neither are the names no one waits for (below). Lock
+            // files go away by `unlink` only; the one rename, of the fencing token at
+            // each write grant, ends no wait, and watching renames would wake every
+            // waiting process at every grant for nothing (issue #14). A lock file moved
+            // away by hand is found by polling.
+            AddWatchFlags::IN_DELETE | AddWatchFlags::IN_DELETE_SELF | AddWatchFlags::IN_ONLYDIR,
         )
         .ok()?;
     Some(Arc::new(Watcher {
@@ -363,23 +484,20 @@ fn start(dir: &impl AsFd, pid: u32) -> Option<Arc<Watcher>> {
     }))
 }
 
-/// What an event means for waits: the removal of `.master_lock` ([`MASTER`]), of
-/// another lock file that can end a wait, or an overflow, after which anything may have
-/// happened ([`OTHER`]); 0 for a temporary file, a fencing token or a foreign name,
-/// whose removal ends no wait.
-fn removed(e: &nix::sys::inotify::InotifyEvent) -> Removed {
-    use crate::names::LockName;
+/// What an event means for waits: the removal of a lock file that can end a wait, or an
+/// overflow, after which anything may have happened; `None` for a temporary file, a
+/// fencing token or a foreign name, whose removal ends no wait.
+fn event(e: &nix::sys::inotify::InotifyEvent) -> Option<Event> {
     if e.mask.contains(AddWatchFlags::IN_Q_OVERFLOW) {
-        return Removed::OTHER;
+        return Some(Event::Anything);
     }
     let Some(name) = e.name.as_ref() else {
-        return Removed::OTHER;
+        return Some(Event::Anything);
     };
     use std::os::unix::ffi::OsStrExt as _;
     match LockName::parse(name.as_bytes()) {
-        Some(LockName::Master) => Removed::MASTER,
-        Some(LockName::Tmp { .. } | LockName::Token(_)) | None => Removed::NOTHING,
-        Some(_) => Removed::OTHER,
+        Some(LockName::Tmp { .. } | LockName::Token(_)) | None => None,
+        Some(name) => Some(Event::Removed(name)),
     }
 }
 
@@ -515,6 +633,50 @@ mod tests {
         assert_eq!(sub.wait(Duration::from_millis(50)), Removed::NOTHING);
     }
 
+    /// A removal wakes only the waiters it concerns (issue #14): a queued writer waits
+    /// for its predecessor's file, not for readers' or other writers' files; a waiter
+    /// that has not said what concerns it yet (right after `forget`) hears of everything.
+    #[test]
+    fn a_removal_wakes_only_the_waiters_it_concerns() {
+        let slave = ".slave_lock-0e18a3fe-e080-418f-922d-b61347e980a5";
+        let ahead = ".pending_lock-0e18a3fe-e080-418f-922d-b61347e980a6-1";
+        let other = ".pending_lock-0e18a3fe-e080-418f-922d-b61347e980a7-2";
+        let (dir, fd) = dir_with(&[".master_lock", slave, ahead, other]);
+        let name = |n: &str| LockName::parse(n.as_bytes()).expect("a lock name");
+        let writer = subscribe(&fd).expect("inotify available");
+        writer.concerns(Interest::only(name(ahead)));
+        let drainer = subscribe(&fd).expect("inotify available");
+        drainer.concerns(Interest::READERS);
+        let reader = subscribe(&fd).expect("inotify available");
+        reader.concerns(Interest::WRITERS);
+        let fresh = subscribe(&fd).expect("inotify available");
+        fresh.forget();
+        let short = Duration::from_millis(50);
+        let long = Duration::from_secs(30);
+
+        std::fs::remove_file(dir.path().join(slave)).expect("remove");
+        assert_eq!(drainer.wait(long), Removed::OTHER);
+        assert_eq!(fresh.wait(long), Removed::OTHER);
+        assert_eq!(writer.wait(short), Removed::NOTHING, "a reader left");
+        assert_eq!(reader.wait(short), Removed::NOTHING, "a reader left");
+
+        std::fs::remove_file(dir.path().join(other)).expect("remove");
+        assert_eq!(reader.wait(long), Removed::OTHER);
+        assert_eq!(writer.wait(short), Removed::NOTHING, "not its predecessor");
+        assert_eq!(drainer.wait(short), Removed::NOTHING);
+
+        std::fs::remove_file(dir.path().join(ahead)).expect("remove");
+        assert_eq!(writer.wait(long), Removed::OTHER, "its predecessor left");
+        assert_eq!(reader.wait(long), Removed::OTHER);
+        assert_eq!(drainer.wait(short), Removed::NOTHING);
+
+        writer.concerns(Interest::MASTER);
+        std::fs::remove_file(dir.path().join(".master_lock")).expect("remove");
+        assert_eq!(writer.wait(long), Removed::MASTER);
+        assert_eq!(reader.wait(long), Removed::MASTER);
+        assert_eq!(drainer.wait(short), Removed::NOTHING);
+    }
+
     /// Only the leader reads: a subscriber's check must not take the event a leader's
     /// `ppoll` was woken for (the leader would then sleep through its whole pause).
     #[test]
@@ -528,6 +690,10 @@ mod tests {
         // The removal is still queued for the leader.
         let queued = w.drain();
         w.resign(None); // (tests share the watcher map: leave no lead behind)
-        assert_eq!(queued, Removed::MASTER, "the check read the leader's event");
+        assert_eq!(
+            queued,
+            [Event::Removed(LockName::Master)],
+            "the check read the leader's event"
+        );
     }
 }

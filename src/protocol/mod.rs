@@ -16,7 +16,7 @@ use crate::fsops::{Created, Listing, Renamed, Spare, StateDir};
 use crate::holder::{Holder, Kind};
 use crate::judge::{Judge, Judged};
 use crate::names::LockName;
-use crate::notify::{self, Removed, Subscription};
+use crate::notify::{self, Interest, Removed, Subscription};
 use crate::owned;
 use crate::status;
 use crate::sys::{self, Identity};
@@ -94,6 +94,9 @@ struct Attempt<'a> {
     wake: Option<Subscription>,
     /// Whether we already tried to subscribe.
     subscribed: bool,
+    /// Which removals can end the next pause ([`Attempt::sleep`]): set by the caller
+    /// just before it, [`Interest::ALL`] otherwise.
+    interest: Interest,
     /// Anonymous files made before sleeping, for the `put`s that follow a wake-up (see
     /// [`crate::fsops::Spare`]).
     spares: std::cell::RefCell<Vec<Spare>>,
@@ -123,6 +126,7 @@ impl<'a> Attempt<'a> {
             exclude: None,
             wake: None,
             subscribed: false,
+            interest: Interest::ALL,
             spares: std::cell::RefCell::new(Vec::new()),
             spares_wanted: match want {
                 // A token is made by renaming the last one, where that works.
@@ -183,6 +187,10 @@ impl<'a> Attempt<'a> {
         if self.deadline != Deadline::Once {
             self.prepare_spares();
             self.sd.rewind();
+        }
+        let interest = std::mem::replace(&mut self.interest, Interest::ALL);
+        if let Some(w) = &self.wake {
+            w.concerns(interest);
         }
         self.backoff.sleep(self.deadline, renew, self.wake.as_ref())
     }
@@ -318,6 +326,7 @@ pub(crate) fn read(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<Ow
             // away: announce at once. R1 only keeps readers from announcing while a writer
             // waits; R3 alone decides. Should a writer have queued meanwhile (creations
             // are not watched), R3 sees it and we withdraw.
+            at.interest = Interest::WRITERS;
             if at.pause(&[])?.has_master() && !queued {
                 break;
             }
@@ -345,6 +354,7 @@ pub(crate) fn read(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<Ow
         }
         sd.unlink(&own.close())?;
         at.not_waiting_for_myself()?;
+        at.interest = Interest::WRITERS;
         at.pause(&[])?;
     }
 }
@@ -483,6 +493,7 @@ fn drain(at: &mut Attempt<'_>, master: &Own, mut l: Listing) -> Result<bool> {
         if l.slaves.is_empty() || !at.judge.any_live(&l.slaves)? {
             return Ok(true);
         }
+        at.interest = Interest::READERS;
         if at.sleep(&[master]).is_none() {
             return Ok(false);
         }
@@ -517,11 +528,20 @@ fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<(Own, (u64, bool
             at.exclude = Some(pending.name);
             continue;
         }
-        let mut older_live = false;
+        // The live queued writer just ahead of us: only its departure (or, once we are
+        // first, that of `.master_lock`) can make us first (issue #14: no herd).
+        let mut predecessor: Option<LockName> = None;
         for p in l.pending.iter().filter(|p| **p != pending.name) {
             let live = at.judge.unlink_if_dead(p)?.is_live();
-            older_live |= live && p.order_key() < pending.name.order_key();
+            if live
+                && p.order_key() < pending.name.order_key()
+                && predecessor.is_none_or(|q| q.order_key() < p.order_key())
+            {
+                predecessor = Some(*p);
+            }
         }
+        let older_live = predecessor.is_some();
+        let concern = predecessor.map_or(Interest::MASTER, Interest::only);
         if l.master {
             match at.judge.judge(&LockName::Master)? {
                 j if j.is_dead() => {
@@ -534,6 +554,7 @@ fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<(Own, (u64, bool
                 // exclusive `put` below stays the only gate.
                 Judged::Gone => {}
                 _ => {
+                    at.interest = concern;
                     let removed = at.pause(&[&*pending])?;
                     // We were first in the queue and only `.master_lock` was in our way;
                     // the wake-up says it went away: create ours at once. The exclusive
@@ -550,6 +571,7 @@ fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<(Own, (u64, bool
             }
         }
         if older_live {
+            at.interest = concern;
             at.pause(&[&*pending])?;
             continue;
         }
