@@ -20,6 +20,14 @@
 //! concerned reads the event and stays asleep, and no waiter lists the directory for a
 //! removal that cannot end its wait. Until a waiter says what concerns it (from its
 //! listing's start, [`Subscription::forget`], to its sleep) every removal does.
+//!
+//! A waiter concerned with one file only (a queued writer: its predecessor's queue
+//! file, or `.master_lock` once it is first) does not wait on the shared watch at all:
+//! it watches that file with an inotify instance of its own, for as long as it sleeps
+//! (`IN_ATTRIB`, which `unlink` raises as it drops the link count). The kernel then
+//! wakes it, and no other process, when that file goes: a hand-off between queued
+//! writers wakes two processes however many wait. A heartbeat's `futimens` raises
+//! `IN_ATTRIB` too: once per lease/3, a waiter looks again for nothing.
 
 use std::collections::HashMap;
 use std::os::fd::AsFd;
@@ -140,6 +148,21 @@ impl Interest {
         Interest {
             one: Some(name),
             ..Interest::NONE
+        }
+    }
+
+    /// The one file this interest is in, if it is in one file only.
+    fn single_file(&self) -> Option<LockName> {
+        match *self {
+            Interest {
+                one: Some(name),
+                master: false,
+                pending: false,
+                slaves: false,
+                others: false,
+            } => Some(name),
+            i if i == Interest::MASTER => Some(LockName::Master),
+            _ => None,
         }
     }
 
@@ -297,6 +320,16 @@ pub(crate) struct Subscription {
     following: Arc<AtomicBool>,
     interest: Arc<Mutex<Interest>>,
     watcher: Arc<Watcher>,
+    /// `/proc/self/fd/N` of the state directory, to name a file to watch.
+    dir_link: String,
+}
+
+thread_local! {
+    /// The calling thread's own instance, for its waits on one file; made at the first,
+    /// `None` if it cannot be (then the shared watch serves). Kept for the thread's
+    /// life: closing an instance waits for a kernel grace period (milliseconds), which
+    /// a wait per acquisition would pay every time.
+    static OWN: std::cell::OnceCell<Option<Inotify>> = const { std::cell::OnceCell::new() };
 }
 
 impl Subscription {
@@ -315,8 +348,79 @@ impl Subscription {
             std::thread::sleep(pause);
             return Removed::NOTHING;
         }
+        let until = Instant::now().checked_add(pause);
+        let one = self.interest.lock().single_file();
+        if let Some(name) = one
+            && let Some(removed) = self.wait_for_file(name, until)
+        {
+            return removed;
+        }
         // A pause too long to represent waits for a change only.
-        self.follow_or_lead(Instant::now().checked_add(pause))
+        self.follow_or_lead(until)
+    }
+
+    /// Waits for the removal of the one file `name` (or `until`) on our own instance,
+    /// outside the shared watch (see the module's documentation). `None` if the file
+    /// cannot be watched: then the shared watch serves.
+    fn wait_for_file(&self, name: LockName, until: Option<Instant>) -> Option<Removed> {
+        let gone = match name {
+            LockName::Master => Removed::MASTER,
+            _ => Removed::OTHER,
+        };
+        // Pass on what the shared watch holds, if no one leads it (its queue would
+        // otherwise grow while this process's waiters all wait on files of their own).
+        self.watcher.current();
+        // Reported while the listing was made: no need to wait.
+        let removed = Removed::take(&self.changed);
+        if !removed.is_nothing() {
+            return Some(removed);
+        }
+        OWN.with(|own| {
+            let inotify = own
+                .get_or_init(|| Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK).ok())
+                .as_ref()?;
+            self.wait_on(inotify, name, gone, until)
+        })
+    }
+
+    /// [`Subscription::wait_for_file`] on the thread's own `inotify`.
+    fn wait_on(
+        &self,
+        inotify: &Inotify,
+        name: LockName,
+        gone: Removed,
+        until: Option<Instant>,
+    ) -> Option<Removed> {
+        let path = format!("{}/{name}", self.dir_link);
+        let wd = match inotify.add_watch(
+            path.as_str(),
+            AddWatchFlags::IN_ATTRIB
+                | AddWatchFlags::IN_DELETE_SELF
+                | AddWatchFlags::IN_MOVE_SELF
+                | AddWatchFlags::IN_DONT_FOLLOW,
+        ) {
+            Ok(wd) => wd,
+            // Gone since the listing.
+            Err(Errno::ENOENT) => return Some(gone),
+            Err(_) => return None,
+        };
+        // The shared watch need not tell us anything meanwhile: it would only leave a
+        // stale wake-up behind. A removal it saw before this point is in `changed`;
+        // one after it, our own watch sees.
+        let interest = std::mem::replace(&mut *self.interest.lock(), Interest::NONE);
+        let removed = Removed::take(&self.changed);
+        let result = if removed.is_nothing() {
+            wait_readable(inotify, until).map(|readable| if readable { gone } else { removed })
+        } else {
+            Some(removed)
+        };
+        *self.interest.lock() = interest;
+        let _ = inotify.rm_watch(wd);
+        // Discard what is queued (the `IN_IGNORED` of the removal, and events of the
+        // wait), so that the next wait starts clean.
+        while inotify.read_events().is_ok_and(|e| !e.is_empty()) {}
+        // A failed `ppoll`: let the caller look again.
+        Some(result.unwrap_or(Removed::OTHER))
     }
 
     /// Forgets what was removed so far: called just before a listing, so that the next
@@ -411,6 +515,30 @@ impl Subscription {
     }
 }
 
+/// Blocks until `inotify` is readable (`Some(true)`) or `until` passes (`Some(false)`);
+/// `None` if polling failed.
+fn wait_readable(inotify: &Inotify, until: Option<Instant>) -> Option<bool> {
+    loop {
+        let timeout = match until {
+            Some(t) => {
+                let left = t.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Some(false);
+                }
+                Some(TimeSpec::from_duration(left))
+            }
+            None => None,
+        };
+        let mut fds = [PollFd::new(inotify.as_fd(), PollFlags::POLLIN)];
+        match ppoll(&mut fds, timeout, None) {
+            Ok(0) => return Some(false),
+            Ok(_) => return Some(true),
+            Err(Errno::EINTR) => {}
+            Err(_) => return None,
+        }
+    }
+}
+
 impl Drop for Subscription {
     fn drop(&mut self) {
         self.watcher.members.lock().retain(|m| m.id != self.id);
@@ -420,6 +548,7 @@ impl Drop for Subscription {
 /// Subscribes to changes in the directory open as `dir`. `None` if inotify is not
 /// available (then waiting is plain polling).
 pub(crate) fn subscribe(dir: impl AsFd) -> Option<Subscription> {
+    use std::os::fd::AsRawFd as _;
     let st = fstat(&dir).ok()?;
     let key: Key = FileId::of(&st);
     let pid = std::process::id();
@@ -454,6 +583,7 @@ pub(crate) fn subscribe(dir: impl AsFd) -> Option<Subscription> {
         following,
         interest,
         watcher,
+        dir_link: format!("/proc/self/fd/{}", dir.as_fd().as_raw_fd()),
     })
 }
 
@@ -675,6 +805,50 @@ mod tests {
         assert_eq!(writer.wait(long), Removed::MASTER);
         assert_eq!(reader.wait(long), Removed::MASTER);
         assert_eq!(drainer.wait(short), Removed::NOTHING);
+    }
+
+    /// A waiter concerned with one file waits on its own watch of that file: woken when
+    /// the file goes, whether before or while it waits, and not by other removals.
+    #[test]
+    fn a_waiter_on_one_file_is_woken_by_that_file_only() {
+        let ahead = ".pending_lock-0e18a3fe-e080-418f-922d-b61347e980a6-1";
+        let slave = ".slave_lock-0e18a3fe-e080-418f-922d-b61347e980a5";
+        let (dir, fd) = dir_with(&[ahead, slave, ".master_lock"]);
+        let name = |n: &str| LockName::parse(n.as_bytes()).expect("a lock name");
+        let sub = subscribe(&fd).expect("inotify available");
+        sub.concerns(Interest::only(name(ahead)));
+        std::fs::remove_file(dir.path().join(slave)).expect("remove");
+        assert_eq!(sub.wait(Duration::from_millis(50)), Removed::NOTHING);
+        assert!(
+            OWN.with(|own| own.get().is_some_and(Option::is_some)),
+            "waited on a watch of its own"
+        );
+        // Removed while it waits.
+        let (started_tx, started_rx) = crossbeam_channel::bounded(0);
+        let path = dir.path().join(ahead);
+        let remover = std::thread::spawn(move || {
+            started_rx.recv().expect("started");
+            // Let the waiter block (a shorter pause can only let this test pass without
+            // exercising the watch, never fail it).
+            std::thread::sleep(Duration::from_millis(100));
+            std::fs::remove_file(path).expect("remove");
+        });
+        started_tx.send(()).expect("start");
+        let start = Instant::now();
+        assert_eq!(sub.wait(Duration::from_secs(30)), Removed::OTHER);
+        assert!(start.elapsed() < Duration::from_secs(15));
+        remover.join().expect("remover");
+        // `.master_lock`, already gone when the wait starts.
+        sub.concerns(Interest::MASTER);
+        std::fs::remove_file(dir.path().join(".master_lock")).expect("remove");
+        assert_eq!(sub.wait(Duration::from_secs(30)), Removed::MASTER);
+        // A symlink at the name is not followed: its target's changes say nothing.
+        let target = dir.path().join("target");
+        std::fs::write(&target, b"x").expect("write");
+        std::os::unix::fs::symlink(&target, dir.path().join(".master_lock")).expect("symlink");
+        sub.concerns(Interest::MASTER);
+        std::fs::remove_file(&target).expect("remove the target");
+        assert_eq!(sub.wait(Duration::from_millis(50)), Removed::NOTHING);
     }
 
     /// Only the leader reads: a subscriber's check must not take the event a leader's
