@@ -66,10 +66,13 @@
 //! listings and timeouts.
 //!
 //! A waiting acquisition sleeps, it never spins. On a local filesystem it is woken by
-//! inotify when a lock file is removed (one watch per process and state directory,
-//! read by a waiting thread itself, no thread of its own); polling with jittered
-//! exponential back-off between [`Builder::poll_interval`]'s bounds stays the floor, for
-//! changes made on other hosts. Every wake-up re-runs the protocol's checks, with one
+//! inotify when a lock file it waits for is removed, and only then: a queued writer
+//! watches just the writer ahead of it in the queue (or `.master_lock` once it is
+//! first), on the thread's own inotify instance; a reader, and a writer waiting for
+//! readers, share one watch of the directory per process and state directory, read by
+//! a waiting thread itself (no thread of its own), which passes each removal only to the
+//! waiters it concerns. Polling with jittered exponential back-off between
+//! [`Builder::poll_interval`]'s bounds stays the floor, for changes made on other hosts. Every wake-up re-runs the protocol's checks, with one
 //! shortcut: when `.master_lock` alone stood in the way and the wake-up names its
 //! removal, a reader announces itself at once (its decisive listing still follows), and
 //! the first queued writer creates `.master_lock` at once (exclusively, as always). The
