@@ -478,7 +478,15 @@ inline qremove(o) {{
                 w(f"    :: {dead_master_guard(me)};")
                 w(break_master(me, "Wb"))
             if a.v5:
-                w(f"    :: d_step {{ {v5_guard(me)} -> {gcq_v5(me)} }}")
+                g5 = gcq_v5(me)
+                if a.v5_probe == "stop":   # reached: V5 stops at a live file with a dead one older than it
+                    older_dead = deadj('Q[hpos]', me, 'stP[Q[hpos] - 1]')
+                    g5 = g5.replace(" -> hj-- :: else -> break od; ",
+                                    f" -> hj-- :: else -> break od; hpos = 0; do :: hpos + 1 < hj && !{older_dead} -> hpos++ "
+                                    f":: else -> break od; if :: hpos + 1 < hj -> assert(0) :: else fi; hpos = 0; ", 1)
+                w(f"    :: d_step {{ {v5_guard(me)} -> {g5} }}")
+                if a.v5_probe == "skip":   # reached: W2 with a dead pending file that V5 leaves to others
+                    w(f"    :: d_step {{ ({dead_q(me)}) && !({v5_guard(me)}) -> assert(0) }}")
             else:
                 w(f"    :: d_step {{ {dead_q(me)} -> {gcq(me)} }}")
             inq_own = " || ".join(f"Q[{j}] == {O}" for j in range(NQ))
@@ -874,6 +882,10 @@ def main():
                          "position towards the head, a writer removes the pending files judged dead and stops at the "
                          "first live one; younger files and files older than that live one are left to others "
                          "(readers' R1, the writers behind them). Replaces W2's removal of every dead pending file")
+    ap.add_argument("--v5-probe", choices=["off", "skip", "stop"], default="off",
+                    help="reachability probe for --v5: assert(0) where a writer in W2 sees a dead pending file that "
+                         "V5 does not remove (skip), or where V5's walk stops at a live file with a dead one older "
+                         "than it (stop)")
     ap.add_argument("--tokens", type=int, default=0, metavar="K",
                     help="model the fencing token (§3.7) with token numbers 1..K; a writer that finds .token-K "
                          "releases and stops for good (bounds the number of write grants)")
@@ -907,6 +919,8 @@ def main():
     resolve_leases(ap, a)
     if (a.v4 or a.tok_lost) and not a.tokens:
         ap.error("--v4 and --tok-lost need --tokens K")
+    if a.v5_probe != "off" and not a.v5:
+        ap.error("--v5-probe needs --v5")
     if a.v5 and a.proto != "fixed":
         ap.error("--v5 needs --proto fixed")
     if (a.v4_mixed or a.v4_mutant != "off" or a.v4_probe != "off") and not a.v4:

@@ -193,7 +193,7 @@ for _b in [f"F{i}" for i in range(1, 9)] + [f"L{i}" for i in range(1, 5)] \
 for _b in ["F1", "F3", "F7", "F8", "L1", "L2", "L3", "L4", "MF1", "ML1"]:
     _c = _BASE[_b]
     CONFIGS.append((f"{_b}-V125", f"{_c[1]}; shortcuts V1+V2+V5", f"{_c[2]} --v1 wake --v2 --v5", _c[3], "PASS",
-                    "a" if _b in ("L3",) else "f"))
+                    "a" if _b in ("L3", "MF1", "ML1") else "f"))
 _TL = "--nr 0 --crash 0 --lease --no-prio --no-mutex --no-victim --no-own-entry --no-own-unlink --tokens 4 --tok-lost"
 CONFIGS += [
     ("F6-V1loose", "V1 loosened: a reader may skip R1 at any time (F6: readdir not atomic)",
