@@ -191,6 +191,8 @@ def build(a):
       f"skew={int(a.skew)} giveup={int(a.giveup)} scan={a.scan} */")
     if a.v1 != "off" or a.v2 or a.tokens:
         w(f"/* variants: v1={a.v1} v2={int(a.v2)} tokens={a.tokens} v3={int(a.v3)} */")
+    if a.v5:
+        w("/* V5: a writer's W2 removes only the dead pending files between its own and the nearest live older one */")
     if a.v4 or a.tok_lost:
         w(f"/* V4: v4={int(a.v4)} mixed={int(a.v4_mixed)} mutant={a.v4_mutant} probe={a.v4_probe} tok_lost={int(a.tok_lost)} */")
     if LM:
@@ -262,6 +264,26 @@ inline qremove(o) {{
                 f":: else -> break od; "
                 f"do :: hk < {NQ} -> Q[hk] = 0; hk++ :: else -> break od; hj = 0; hk = 0; "
                 + P(me, "unlink pending file(s) whose owner is judged dead"))
+
+    def v5_guard(me):
+        """V5 (W2): the pending file just older than mine (nearest to mine) exists and is judged dead."""
+        O = own(me)
+        return " || ".join(f"(Q[{j}] == {O} && Q[{j - 1}] != 0 && {deadj(f'Q[{j - 1}]', me, f'stP[Q[{j - 1}] - 1]')})"
+                           for j in range(1, NQ)) or "0"
+
+    def gcq_v5(me):
+        """V5 (W2): walk from my own queue position towards the head, removing every pending
+        file judged dead, and stop at the first live one (the nearest live older writer), or
+        at the head.  Younger files, and files older than that live one, are not judged.
+        hk = my position, hj = the first position removed; positions hj..hk-1 go."""
+        O = own(me)
+        dj = deadj('Q[hj - 1]', me, 'stP[Q[hj - 1] - 1]')
+        return (f"hk = 0; do :: hk < {NQ} && Q[hk] != {O} -> hk++ :: else -> break od; "
+                f"hj = hk; do :: hj > 0 && {dj} -> hj-- :: else -> break od; "
+                + (f"hpos = hj; do :: hpos < hk -> stP[Q[hpos] - 1] = 0; hpos++ :: else -> break od; hpos = 0; " if LM else "")
+                + f"do :: hk < {NQ} -> Q[hj] = Q[hk]; hj++; hk++ :: else -> break od; "
+                f"do :: hj < {NQ} -> Q[hj] = 0; hj++ :: else -> break od; hj = 0; hk = 0; "
+                + P(me, "V5: unlink the dead pending file(s) just older than mine, up to the nearest live one"))
 
     # ----------------------------------------------------------- master break
     def break_master(me, L):
@@ -455,7 +477,18 @@ inline qremove(o) {{
             if brk != "none":
                 w(f"    :: {dead_master_guard(me)};")
                 w(break_master(me, "Wb"))
-            w(f"    :: d_step {{ {dead_q(me)} -> {gcq(me)} }}")
+            if a.v5:
+                g5 = gcq_v5(me)
+                if a.v5_probe == "stop":   # reached: V5 stops at a live file with a dead one older than it
+                    older_dead = deadj('Q[hpos]', me, 'stP[Q[hpos] - 1]')
+                    g5 = g5.replace(" -> hj-- :: else -> break od; ",
+                                    f" -> hj-- :: else -> break od; hpos = 0; do :: hpos + 1 < hj && !{older_dead} -> hpos++ "
+                                    f":: else -> break od; if :: hpos + 1 < hj -> assert(0) :: else fi; hpos = 0; ", 1)
+                w(f"    :: d_step {{ {v5_guard(me)} -> {g5} }}")
+                if a.v5_probe == "skip":   # reached: W2 with a dead pending file that V5 leaves to others
+                    w(f"    :: d_step {{ ({dead_q(me)}) && !({v5_guard(me)}) -> assert(0) }}")
+            else:
+                w(f"    :: d_step {{ {dead_q(me)} -> {gcq(me)} }}")
             inq_own = " || ".join(f"Q[{j}] == {O}" for j in range(NQ))
             w(f"    :: atomic {{ !({inq_own}) -> qinsert({O}); "
               + P(me, "own pending file vanished (judged dead): re-create it (queue position %d)", "hpos") + "; hj = 0; hpos = 0 }")
@@ -844,6 +877,15 @@ def main():
                     help="variant V2 (writer skips W2's listing after a wake-up): a writer whose W2 listing showed "
                          "its own pending file as the oldest live one and a .master_lock may later try "
                          "put(.master_lock) without listing again (EEXIST: back to the W2 loop)")
+    ap.add_argument("--v5", action="store_true",
+                    help="variant V5 (writer's W2 judges only older pending files): walking from its own queue "
+                         "position towards the head, a writer removes the pending files judged dead and stops at the "
+                         "first live one; younger files and files older than that live one are left to others "
+                         "(readers' R1, the writers behind them). Replaces W2's removal of every dead pending file")
+    ap.add_argument("--v5-probe", choices=["off", "skip", "stop"], default="off",
+                    help="reachability probe for --v5: assert(0) where a writer in W2 sees a dead pending file that "
+                         "V5 does not remove (skip), or where V5's walk stops at a live file with a dead one older "
+                         "than it (stop)")
     ap.add_argument("--tokens", type=int, default=0, metavar="K",
                     help="model the fencing token (§3.7) with token numbers 1..K; a writer that finds .token-K "
                          "releases and stops for good (bounds the number of write grants)")
@@ -877,6 +919,10 @@ def main():
     resolve_leases(ap, a)
     if (a.v4 or a.tok_lost) and not a.tokens:
         ap.error("--v4 and --tok-lost need --tokens K")
+    if a.v5_probe != "off" and not a.v5:
+        ap.error("--v5-probe needs --v5")
+    if a.v5 and a.proto != "fixed":
+        ap.error("--v5 needs --proto fixed")
     if (a.v4_mixed or a.v4_mutant != "off" or a.v4_probe != "off") and not a.v4:
         ap.error("--v4-mixed/--v4-mutant/--v4-probe need --v4")
     text = build(a)

@@ -181,6 +181,19 @@ for _b in ["F1", "F3", "F7", "F8"]:
                     _c[3], "PASS", "f"))
     CONFIGS.append((f"{_b}-V4m", f"{_c[1]}; tokens, V4 in W0 only, put in the others (mixed deployment)",
                     f"{_c[2]} --tokens 4 --v4 --v4-mixed", _c[3], "PASS", "f" if _b == "F1" else "a"))
+# V5 (W2 judges only the pending files between its own and the nearest live older one), alone
+# on every F, L, MF and ML base, and with V1 and V2 as the implementation runs them (V125)
+_V5_Q = {"F1", "F3", "F7", "F8", "L2", "L4", "MF7", "MF8"}     # small: in the quick set
+_V5_A = {"MF2", "MF4", "MF5"}                                  # large: --all only
+for _b in [f"F{i}" for i in range(1, 9)] + [f"L{i}" for i in range(1, 5)] \
+        + [f"MF{i}" for i in range(1, 9)] + [f"ML{i}" for i in range(1, 5)]:
+    _c = _BASE[_b]
+    CONFIGS.append((f"{_b}-V5", f"{_c[1]}; shortcut V5", f"{_c[2]} --v5", _c[3], "PASS",
+                    "q" if _b in _V5_Q else "a" if _b in _V5_A else "f"))
+for _b in ["F1", "F3", "F7", "F8", "L1", "L2", "L3", "L4", "MF1", "ML1"]:
+    _c = _BASE[_b]
+    CONFIGS.append((f"{_b}-V125", f"{_c[1]}; shortcuts V1+V2+V5", f"{_c[2]} --v1 wake --v2 --v5", _c[3], "PASS",
+                    "a" if _b in ("L3", "MF1", "ML1") else "f"))
 _TL = "--nr 0 --crash 0 --lease --no-prio --no-mutex --no-victim --no-own-entry --no-own-unlink --tokens 4 --tok-lost"
 CONFIGS += [
     ("F6-V1loose", "V1 loosened: a reader may skip R1 at any time (F6: readdir not atomic)",
