@@ -529,15 +529,17 @@ fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<(Own, (u64, bool
             continue;
         }
         // The live queued writer just ahead of us: only its departure (or, once we are
-        // first, that of `.master_lock`) can make us first (issue #14: no herd).
+        // first, that of `.master_lock`) can make us first (issue #14: no herd). V5
+        // (docs/protocol-notes.md): only the queued writers older than us are judged,
+        // nearest first, up to the first live one, and the dead ones among them removed;
+        // younger and farther ones are left to the writers behind them and to readers,
+        // so that a look reads one file, not every queued writer's.
         let mut predecessor: Option<LockName> = None;
-        for p in l.pending.iter().filter(|p| **p != pending.name) {
-            let live = at.judge.unlink_if_dead(p)?.is_live();
-            if live
-                && p.order_key() < pending.name.order_key()
-                && predecessor.is_none_or(|q| q.order_key() < p.order_key())
-            {
+        let mine = pending.name.order_key();
+        for p in l.pending.iter().rev().filter(|p| p.order_key() < mine) {
+            if at.judge.unlink_if_dead(p)?.is_live() {
                 predecessor = Some(*p);
+                break;
             }
         }
         let older_live = predecessor.is_some();
