@@ -193,6 +193,9 @@ def build(a):
         w(f"/* variants: v1={a.v1} v2={int(a.v2)} tokens={a.tokens} v3={int(a.v3)} */")
     if a.v5:
         w("/* V5: a writer's W2 removes only the dead pending files between its own and the nearest live older one */")
+    if a.v6:
+        w(f"/* V6: a writer that finds no .master_lock and no pending file creates .master_lock directly "
+          f"(probe={a.v6_probe} mutant={a.v6_mutant}) */")
     if a.v4 or a.tok_lost:
         w(f"/* V4: v4={int(a.v4)} mixed={int(a.v4_mixed)} mutant={a.v4_mutant} probe={a.v4_probe} tok_lost={int(a.tok_lost)} */")
     if LM:
@@ -453,6 +456,26 @@ inline qremove(o) {{
                  + (f"ahead[{me}] = {live_writer_mask(me)}; " if a.fifo else "")
                  + f"qinsert({O}); " + P(me, "create .pending_lock (queue position %d)", "hpos") + "; hj = 0; hpos = 0 }")
         w(f"    :: {start}")
+        if fixed and a.v6:
+            # V6 (fast path): a writer whose first listing shows no .master_lock and no pending file
+            # creates .master_lock at once, without a pending file.  EEXIST: queue as usual (W1).
+            g = ([f"!started[{me}]"] if a.once else []) + gates.get(me, [])
+            look = "Q[0] == 0" if a.v6_mutant != "nolook" else "1"   # mutant: no look at the queue
+            g6 = " && ".join([f"({x})" for x in g] + ["M == 0", look])
+            w(f"    :: d_step {{ {g6} -> " + (f"started[{me}] = 1; " if a.once else "") + f"st[{me}] = TRY; "
+              + ("v2 = 0; " if a.v2 else "") + (f"ahead[{me}] = {live_writer_mask(me)}; " if a.fifo else "")
+              + P(me, "V6: listdir: no .master_lock, no pending file") + " };")
+            w("       if")
+            w(f"       :: d_step {{ M == 0 -> M = {O}; {clr('Mst')}" + ("assert(0); " if a.v6_probe == "ok" else "")
+              + P(me, "V6: create .master_lock (exclusive) without a pending file: ok") + " }; goto Wfast")
+            w(f"       :: atomic {{ M != 0 -> " + ("assert(0); " if a.v6_probe == "eexist" else "")
+              + (f"ahead[{me}] = {live_writer_mask(me)}; " if a.fifo else "")
+              + f"qinsert({O}); " + P(me, "V6: create .master_lock: EEXIST; create .pending_lock (queue position %d)", "hpos")
+              + "; hj = 0; hpos = 0 }")
+            if gives_up(me):
+                w(f"       :: d_step {{ true -> st[{me}] = IDLE; {bitclear_all(me)}; " + (f"ahead[{me}] = 0; " if a.fifo else "")
+                  + P(me, "V6: timeout before creating anything: give up") + " }; goto endidle")
+            w("       fi")
         if a.stop:
             w("    :: goto endstop")
         w("    fi;")
@@ -497,6 +520,7 @@ inline qremove(o) {{
                   + (f"ahead[{me}] = 0; " if a.fifo else "") + P(me, "timeout: unlink own pending file, give up") + " }; goto endidle")
             w("    od;")
             w(f"    skip; d_step {{ qremove({O}); " + P(me, "unlink own pending file") + " };")
+            w("Wfast:\n    skip;")
             t4 = (f"d_step {{ hj = 1; do :: hj < tok -> T[hj] = 0; hj++ :: else -> break od; hj = 0; "
                   + P(me, "T4: unlink every .token-k with k < %d", "tok") + " }")
             if K:
@@ -886,6 +910,16 @@ def main():
                     help="reachability probe for --v5: assert(0) where a writer in W2 sees a dead pending file that "
                          "V5 does not remove (skip), or where V5's walk stops at a live file with a dead one older "
                          "than it (stop)")
+    ap.add_argument("--v6", action="store_true",
+                    help="variant V6 (writer fast path): a writer whose first listing shows no .master_lock and no "
+                         "pending file creates .master_lock directly, without a pending file; on EEXIST it queues "
+                         "a pending file as in W1 and goes on with W2")
+    ap.add_argument("--v6-probe", choices=["off", "ok", "eexist"], default="off",
+                    help="reachability probe for --v6: assert(0) where the fast path's create succeeds (ok) or "
+                         "meets EEXIST (eexist)")
+    ap.add_argument("--v6-mutant", choices=["off", "nolook"], default="off",
+                    help="sanity mutation of V6: nolook = the fast path does not look for pending files "
+                         "(FIFO must fail)")
     ap.add_argument("--tokens", type=int, default=0, metavar="K",
                     help="model the fencing token (§3.7) with token numbers 1..K; a writer that finds .token-K "
                          "releases and stops for good (bounds the number of write grants)")
@@ -921,6 +955,10 @@ def main():
         ap.error("--v4 and --tok-lost need --tokens K")
     if a.v5_probe != "off" and not a.v5:
         ap.error("--v5-probe needs --v5")
+    if (a.v6_probe != "off" or a.v6_mutant != "off") and not a.v6:
+        ap.error("--v6-probe/--v6-mutant need --v6")
+    if a.v6 and a.proto != "fixed":
+        ap.error("--v6 needs --proto fixed")
     if a.v5 and a.proto != "fixed":
         ap.error("--v5 needs --proto fixed")
     if (a.v4_mixed or a.v4_mutant != "off" or a.v4_probe != "off") and not a.v4:

@@ -194,6 +194,29 @@ for _b in ["F1", "F3", "F7", "F8", "L1", "L2", "L3", "L4", "MF1", "ML1"]:
     _c = _BASE[_b]
     CONFIGS.append((f"{_b}-V125", f"{_c[1]}; shortcuts V1+V2+V5", f"{_c[2]} --v1 wake --v2 --v5", _c[3], "PASS",
                     "a" if _b in ("L3", "MF1", "ML1") else "f"))
+# V6 (the writer fast path: no pending file when the first listing shows no .master_lock
+# and no pending file), alone and with every shortcut the implementation runs (V1, V2, V5:
+# V1256), on the F, L, MF, ML bases and the FIFO-across-namespaces scenario
+_V6_Q = {"F1", "F3", "F7", "F8", "L2", "L4", "MF7", "MF8", "T4f"}
+_V6_A = {"MF2", "MF4", "MF5"}
+for _b in [f"F{i}" for i in range(1, 9)] + [f"L{i}" for i in range(1, 5)] \
+        + [f"MF{i}" for i in range(1, 9)] + [f"ML{i}" for i in range(1, 5)] + ["T4f"]:
+    _c = _BASE[_b]
+    _t = "q" if _b in _V6_Q else "a" if _b in _V6_A else "f"
+    CONFIGS.append((f"{_b}-V6", f"{_c[1]}; shortcut V6", f"{_c[2]} --v6", _c[3], "PASS", _t))
+    CONFIGS.append((f"{_b}-V1256", f"{_c[1]}; shortcuts V1+V2+V5+V6", f"{_c[2]} --v1 wake --v2 --v5 --v6", _c[3],
+                    "PASS", "a" if _t == "a" or _b in ("L3", "MF1", "ML1") else _t))
+for _b in ["F7", "F8"]:
+    _c = _BASE[_b]
+    CONFIGS.append((f"{_b}-V46", f"{_c[1]}; tokens, V4, V6", f"{_c[2]} --tokens 4 --v4 --v6", _c[3], "PASS", "f"))
+CONFIGS += [
+    ("V6p1", "V6 probe: the fast path's create of .master_lock succeeds (reachable: must FAIL)",
+     "--nw 2 --nr 1 --crash 1 --fifo --v6 --v6-probe ok", "bfs", "FAIL", "q"),
+    ("V6p2", "V6 probe: the fast path meets EEXIST and queues (reachable: must FAIL)",
+     "--nw 2 --nr 1 --crash 1 --fifo --v6 --v6-probe eexist", "bfs", "FAIL", "q"),
+    ("V6m", "V6 mutant: the fast path does not look for pending files: a queued writer is overtaken (2W+1R)",
+     "--nw 2 --nr 1 --crash 0 --fifo --v6 --v6-mutant nolook", "bfs", "FAIL", "q"),
+]
 _TL = "--nr 0 --crash 0 --lease --no-prio --no-mutex --no-victim --no-own-entry --no-own-unlink --tokens 4 --tok-lost"
 CONFIGS += [
     ("F6-V1loose", "V1 loosened: a reader may skip R1 at any time (F6: readdir not atomic)",
@@ -208,6 +231,10 @@ CONFIGS += [
      f"--nw 2 {_TL} --v4 --v4-mixed --v4-mutant overwrite", "bfs", "FAIL", "q"),
     ("V4L21", "pause: V4 keeps tokens unique and growing (2W+1R)",
      f"--nw 2 {_TL.replace('--nr 0', '--nr 1')} --v4", "safety", "PASS", "a"),
+    ("V46L2", "pause: V4 with the V6 fast path keeps tokens unique and growing (2W)",
+     f"--nw 2 {_TL} --v4 --v6", "safety", "PASS", "q"),
+    ("V46L3", "pause: V4 with the V6 fast path keeps tokens unique and growing (3W)",
+     f"--nw 3 {_TL} --v4 --v6", "safety", "PASS", "q"),
 ]
 
 
