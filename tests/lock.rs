@@ -909,3 +909,66 @@ fn debug_of_an_error_says_its_cause() {
         "{boxed:#?}"
     );
 }
+
+/// The write fast path (V6, docs/protocol-notes.md): when no writer holds or waits, a
+/// write creates `.master_lock` (and its token) and no pending file. Once a write had
+/// to queue, the next one through the same handle queues again (the fast path's look
+/// would be one listing more per grant under contention), until a write finds the
+/// directory free of writers.
+#[test]
+fn an_uncontended_write_creates_no_pending_file() {
+    use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+    let dir = tempdir();
+    let lk = lock(dir.path());
+    drop(lk.write().expect("first write makes the state directory"));
+    let created = |f: &dyn Fn()| -> Vec<String> {
+        let ino = Inotify::init(InitFlags::IN_NONBLOCK).expect("inotify");
+        ino.add_watch(
+            &state(dir.path()),
+            AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO,
+        )
+        .expect("watch");
+        f();
+        let mut names = Vec::new();
+        while let Ok(evs) = ino.read_events() {
+            names.extend(
+                evs.into_iter()
+                    .filter_map(|e| e.name)
+                    .map(|n| n.to_string_lossy().into_owned()),
+            );
+        }
+        names
+    };
+    let fast = created(&|| drop(lk.write().expect("write")));
+    assert!(fast.iter().any(|n| n == ".master_lock"), "{fast:?}");
+    assert!(
+        !fast.iter().any(|n| n.starts_with(".pending_lock-")),
+        "{fast:?}"
+    );
+
+    // Contended: another writer holds, so this one queues.
+    let other = common::lock(dir.path());
+    let g = other.write().expect("other writes");
+    let waiter = {
+        let lk = lk.clone();
+        std::thread::spawn(move || drop(lk.write().expect("write after waiting")))
+    };
+    wait_until("the waiter queued", dir.path(), || {
+        common::pending_pids(&other).len() == 1
+    });
+    drop(g);
+    waiter.join().expect("join");
+    // Its first look found the holder: the next write through this handle queues.
+    let queued = created(&|| drop(lk.write().expect("write")));
+    assert!(
+        queued.iter().any(|n| n.starts_with(".pending_lock-")),
+        "{queued:?}"
+    );
+    // That one found no other writer: the fast path again.
+    let fast = created(&|| drop(lk.write().expect("write")));
+    assert!(
+        !fast.iter().any(|n| n.starts_with(".pending_lock-")),
+        "{fast:?}"
+    );
+    assert_only_token(dir.path());
+}

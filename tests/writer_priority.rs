@@ -264,3 +264,55 @@ fn writers_enter_in_fifo_order_behind_a_writer() {
     }
     common::assert_only_token(dir.path());
 }
+
+/// The write fast path (V6 in docs/protocol-notes.md) is taken only when no writer holds
+/// or waits. A newcomer arriving between a release and the queued writer's take-over
+/// (made long here: the queued writer is stopped) must queue behind it, not take the
+/// free `.master_lock`.
+#[test]
+fn a_newcomer_does_not_take_the_free_lock_from_a_queued_writer() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let dir = tempdir();
+    let log = dir.path().join("events.log");
+    let lk = lock(dir.path());
+    let g = lk.write().expect("write");
+    let mut b = logged("B", dir.path(), &log);
+    b.send("write");
+    wait_until("B is queued", dir.path(), || {
+        common::pending_pids(&lk) == [b.pid()]
+    });
+    let b_pid = Pid::from_raw(i32::try_from(b.pid()).expect("pid"));
+    kill(b_pid, Signal::SIGSTOP).expect("stop B");
+    wait_until("every thread of B is stopped", dir.path(), || {
+        all_stopped(b.pid())
+    });
+    drop(g);
+    // Nobody holds now, and B (alive, stopped) is first in the queue.
+    let newcomer = common::lock(dir.path());
+    let err = newcomer.try_write().expect_err("B is queued first");
+    assert_eq!(err.kind(), ErrorKind::WouldBlock);
+    assert_eq!(holder_pid(&err), Some(b.pid()));
+    assert!(
+        !dir.path().join(".rwdir/.master_lock").exists(),
+        "the newcomer left nothing behind"
+    );
+    kill(b_pid, Signal::SIGCONT).expect("continue B");
+    assert!(b.reply().starts_with("ok write"));
+    b.ok("release");
+    b.finish();
+    common::assert_only_token(dir.path());
+}
+
+/// Whether every thread of process `pid` is stopped (state `T` in its `stat`).
+fn all_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().all(|t| {
+        std::fs::read_to_string(t.path().join("stat"))
+            .ok()
+            .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| rest.starts_with('T')))
+            .unwrap_or(false)
+    })
+}

@@ -60,6 +60,11 @@ pub(crate) struct StateDir {
     /// open/close of a fresh stream). Remote filesystems open a fresh stream every time,
     /// which is what makes the server answer.
     stream: parking_lot::Mutex<Option<DirReader>>,
+    /// A hint kept for the protocol layer, which has no longer-lived place of its own:
+    /// whether the last write acquisition through this handle found the directory free
+    /// of writers (no `.master_lock`, no queued writer ahead of it). Only then does the
+    /// next one try the fast path (V6 in docs/protocol-notes.md) before queueing.
+    writers_absent: AtomicBool,
 }
 
 /// The lock files found by one `readdir`, by kind. Foreign names are left out.
@@ -205,6 +210,7 @@ impl StateDir {
                         renames: AtomicBool::new(true),
                         empty_path: AtomicBool::new(true),
                         stream: parking_lot::Mutex::new(None),
+                        writers_absent: AtomicBool::new(true),
                     }));
                 }
                 Err(Errno::ENOENT) if create => {
@@ -364,6 +370,17 @@ impl StateDir {
             }
             Err(e) => Err(self.denied_remove("remove lock file", name, e)),
         }
+    }
+
+    /// The hint of [`StateDir::writers_absent`](StateDir): whether the last write
+    /// acquisition here found no other writer.
+    pub(crate) fn writers_were_absent(&self) -> bool {
+        self.writers_absent.load(Ordering::Relaxed)
+    }
+
+    /// Records what a write acquisition found (see [`StateDir::writers_were_absent`]).
+    pub(crate) fn set_writers_absent(&self, absent: bool) {
+        self.writers_absent.store(absent, Ordering::Relaxed);
     }
 
     /// Whether [`StateDir::rename_token`] may work here.

@@ -362,6 +362,11 @@ pub(crate) fn read(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<Ow
 /// Write-acquire, W1–W6. Returns our `.master_lock` and the fencing token.
 pub(crate) fn write(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<(Own, u64)> {
     let mut at = Attempt::new(sd, cfg, deadline, Kind::Write);
+    // V6 (docs/protocol-notes.md): no writer holds or waits, so no pending file.
+    if let Some((master, hint)) = fast_path(&at)? {
+        at.spares_wanted = &[];
+        return enter(&mut at, master, None, hint);
+    }
     // W1: queue.
     let mut pending = queue(&at)?;
     at.exclude = Some(pending.name);
@@ -376,16 +381,43 @@ pub(crate) fn write(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<(
     // W5 waits for readers to leave, and nothing it does after a wake-up creates a
     // file; the token's spare, if any, is used by W4 first.
     at.spares_wanted = &[];
-    enter(&mut at, master, pending, hint)
+    enter(&mut at, master, Some(pending), hint)
 }
 
-/// W3–W6, holding `.master_lock` (made by W2 from a listing whose highest token was
-/// `hint`): leave the queue, take a fencing token, wait for the readers to drain, and
-/// check that `.master_lock` is still ours. Returns it with the token.
+/// V6, the fast path (docs/protocol-notes.md): a listing that shows no `.master_lock` and
+/// no pending file, then the exclusive `put(.master_lock)` without a pending file. The
+/// master file blocks new readers as a pending file would; a writer that queues after our
+/// listing came after us, and the exclusive `put` stays the only writer gate. `None`:
+/// queue as usual (W1) — some writer holds or waits, or the `put` found the name taken.
+///
+/// Tried only when the last write acquisition through this handle found no other writer
+/// ([`StateDir::writers_were_absent`]): under contention the listing would be one more per
+/// grant, all for nothing.
+fn fast_path(at: &Attempt<'_>) -> Result<Option<(Own, (u64, bool))>> {
+    let sd = at.sd;
+    if !sd.writers_were_absent() {
+        return Ok(None);
+    }
+    let l = sd.list()?;
+    if l.master || !l.pending.is_empty() {
+        sd.set_writers_absent(false);
+        return Ok(None);
+    }
+    let master = at.put(LockName::Master, Kind::Write)?;
+    if master.is_none() {
+        sd.set_writers_absent(false);
+    }
+    Ok(master.map(|m| (m, l.top_token())))
+}
+
+/// W3–W6, holding `.master_lock` (made by W2, or by V6's fast path, from a listing whose
+/// highest token was `hint`): leave the queue (`pending`, none after V6), take a fencing
+/// token, wait for the readers to drain, and check that `.master_lock` is still ours.
+/// Returns it with the token.
 fn enter(
     at: &mut Attempt<'_>,
     mut master: Own,
-    pending: Own,
+    pending: Option<Own>,
     hint: (u64, bool),
 ) -> Result<(Own, u64)> {
     let sd = at.sd;
@@ -395,7 +427,10 @@ fn enter(
         let _ = sd.unlink_own(&master.name, &master.created, master.nonce);
     };
     let steps = |at: &mut Attempt<'_>| -> Result<Option<(u64, Vec<OwnedFd>)>> {
-        let mut spent = leave_queue(sd, pending)?;
+        let mut spent = match pending {
+            Some(pending) => leave_queue(sd, pending)?,
+            None => Vec::new(),
+        };
         let (token, first) = fencing_token(at, hint, &mut spent)?;
         Ok(drain(at, &master, first)?.then_some((token, spent)))
     };
@@ -519,6 +554,8 @@ fn queue(at: &Attempt<'_>) -> Result<Own> {
 /// it: a hint for T1 (see [`allocate_token`]).
 fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<(Own, (u64, bool))> {
     let sd = at.sd;
+    // For V6's hint: whether this acquisition found another writer in its way.
+    let mut waited = false;
     loop {
         at.look();
         let l = sd.list()?;
@@ -557,6 +594,8 @@ fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<(Own, (u64, bool
                 Judged::Gone => {}
                 _ => {
                     at.interest = concern;
+                    waited = true;
+                    sd.set_writers_absent(false);
                     let removed = at.pause(&[&*pending])?;
                     // We were first in the queue and only `.master_lock` was in our way;
                     // the wake-up says it went away: create ours at once. The exclusive
@@ -574,10 +613,15 @@ fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<(Own, (u64, bool
         }
         if older_live {
             at.interest = concern;
+            waited = true;
+            sd.set_writers_absent(false);
             at.pause(&[&*pending])?;
             continue;
         }
         if let Some(master) = at.put(LockName::Master, Kind::Write)? {
+            if !waited {
+                sd.set_writers_absent(true);
+            }
             return Ok((master, l.top_token()));
         }
     }
@@ -771,7 +815,7 @@ mod tests {
             .put(LockName::Master, Kind::Write)
             .expect("put")
             .expect(".master_lock is free");
-        let (own, token) = enter(&mut writer, master, pending, (4, true)).expect("enter");
+        let (own, token) = enter(&mut writer, master, Some(pending), (4, true)).expect("enter");
         assert_eq!(token, if renames { 11 } else { 10 });
         // T4 removed the lower tokens, the stale one included.
         assert_eq!(sd.list().expect("list").tokens, vec![token]);
