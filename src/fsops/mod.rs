@@ -327,10 +327,15 @@ impl StateDir {
             })
             .at("list state directory", || self.path.clone())
         };
-        if self.is_remote() {
-            collect(&mut open()?)?;
+        // Another thread of ours listing at this moment has the stream: a fresh one
+        // costs an open and a close, waiting for that thread cost far more (threads
+        // sharing one `DirLock` listed one at a time).
+        let shared = if self.is_remote() {
+            None
         } else {
-            let mut stream = self.stream.lock();
+            self.stream.try_lock()
+        };
+        if let Some(mut stream) = shared {
             let dir = match stream.as_mut() {
                 Some(dir) => dir,
                 None => stream.insert(open()?),
@@ -339,6 +344,8 @@ impl StateDir {
                 *stream = None;
                 return Err(e);
             }
+        } else {
+            collect(&mut open()?)?;
         }
         let mut l = Listing::from_names(names);
         l.top_token_regular = top.is_some_and(|(_, regular)| regular);
@@ -349,7 +356,10 @@ impl StateDir {
     /// before sleeping, so that a listing after the wake-up does not make it. Errors are
     /// left to that listing.
     pub(crate) fn rewind(&self) {
-        if let Some(dir) = self.stream.lock().as_mut() {
+        // Busy: another thread is listing, and the next listing rewinds anyway.
+        if let Some(mut stream) = self.stream.try_lock()
+            && let Some(dir) = stream.as_mut()
+        {
             let _ = dir.rewind();
         }
     }
