@@ -30,3 +30,8 @@ impl Config {
         (self.lease / 3).max(Duration::from_millis(50))
     }
 }
+
+/// How much longer than the maximum poll interval a waiter's pauses may grow where
+/// events wake it (a local filesystem with inotify): see
+/// [`Builder::poll_interval`](crate::Builder::poll_interval).
+pub const EVENT_BACKSTOP: u32 = 20;

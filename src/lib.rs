@@ -181,6 +181,7 @@ mod status;
 mod sys;
 mod wait;
 
+pub use config::EVENT_BACKSTOP;
 pub use entry::Entry;
 pub use error::{Error, Owner, Refused, Result};
 pub use guard::{ReadGuard, WriteGuard};

@@ -143,7 +143,8 @@ impl Interest {
         ..Interest::NONE
     };
 
-    /// One queued writer's file (the predecessor of a queued writer that is not first).
+    /// One queued writer's file: the predecessor of a queued writer that is not first,
+    /// or the youngest queued writer, for a reader waiting behind the queue.
     pub(crate) fn only(name: LockName) -> Interest {
         Interest {
             one: Some(name),

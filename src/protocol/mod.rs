@@ -181,6 +181,13 @@ impl<'a> Attempt<'a> {
             self.subscribed = true;
             self.wake = notify::subscribe(self.sd.fd());
             if self.wake.is_some() {
+                // Locally every change makes an event; the poll only backs up what
+                // makes none (a holder's death or its lease running out).
+                if !self.sd.is_remote() {
+                    let max = self.cfg.max_poll;
+                    self.backoff
+                        .backstop(max, max.saturating_mul(crate::config::EVENT_BACKSTOP));
+                }
                 return Some(Removed::NOTHING);
             }
         }
@@ -307,7 +314,15 @@ pub(crate) fn read(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<Ow
         loop {
             at.look();
             let l = sd.list()?;
-            let queued = at.judge.any_live(&l.pending)?;
+            // Every pending file judged (the dead ones removed, which V5 counts on); the
+            // youngest live one is what to wait for.
+            let mut youngest = None;
+            for p in &l.pending {
+                if at.judge.unlink_if_dead(p)?.is_live() {
+                    youngest = Some(*p);
+                }
+            }
+            let queued = youngest.is_some();
             let mut master = false;
             if l.master {
                 match at.judge.judge(&LockName::Master)? {
@@ -326,7 +341,11 @@ pub(crate) fn read(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<Ow
             // away: announce at once. R1 only keeps readers from announcing while a writer
             // waits; R3 alone decides. Should a writer have queued meanwhile (creations
             // are not watched), R3 sees it and we withdraw.
-            at.interest = Interest::WRITERS;
+            // Behind queued writers, only the youngest one's leaving the queue can let us
+            // in (it made `.master_lock`, gave up or was judged dead); the holder's
+            // release is for the queued writers to take. One file either way: the
+            // kernel wakes only those who wait for it (`notify`'s own-instance watch).
+            at.interest = youngest.map_or(Interest::MASTER, Interest::only);
             if at.pause(&[])?.has_master() && !queued {
                 break;
             }
@@ -354,7 +373,11 @@ pub(crate) fn read(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<Ow
         }
         sd.unlink(&own.close())?;
         at.not_waiting_for_myself()?;
-        at.interest = Interest::WRITERS;
+        at.interest = if l.pending.is_empty() {
+            Interest::MASTER
+        } else {
+            Interest::WRITERS
+        };
         at.pause(&[])?;
     }
 }
