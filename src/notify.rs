@@ -393,6 +393,12 @@ impl Subscription {
         until: Option<Instant>,
     ) -> Option<Removed> {
         let path = format!("{}/{name}", self.dir_link);
+        // The inode watched, to tell a removal from a touch (see `wait_gone`).
+        let ino = match nix::sys::stat::lstat(path.as_str()) {
+            Ok(st) => st.st_ino,
+            Err(Errno::ENOENT) => return Some(gone),
+            Err(_) => return None,
+        };
         let wd = match inotify.add_watch(
             path.as_str(),
             AddWatchFlags::IN_ATTRIB
@@ -411,7 +417,7 @@ impl Subscription {
         let interest = std::mem::replace(&mut *self.interest.lock(), Interest::NONE);
         let removed = Removed::take(&self.changed);
         let result = if removed.is_nothing() {
-            wait_readable(inotify, until).map(|readable| if readable { gone } else { removed })
+            wait_gone(inotify, &path, ino, until).map(|g| if g { gone } else { removed })
         } else {
             Some(removed)
         };
@@ -518,6 +524,36 @@ impl Subscription {
 
 /// Blocks until `inotify` is readable (`Some(true)`) or `until` passes (`Some(false)`);
 /// `None` if polling failed.
+/// Waits on a watch of one file (`IN_ATTRIB`, `IN_DELETE_SELF`, `IN_MOVE_SELF`) until the
+/// file at `path`, inode `ino` when the watch was made, is gone: `Some(true)`;
+/// `Some(false)` if `until` came first, `None` if `ppoll` failed.
+///
+/// `unlink` raises `IN_ATTRIB` (the link count changes), but so does every touch of the
+/// file: its owner's renewals, and the grant's `futimens` of `.master_lock`, which would
+/// otherwise wake everyone waiting for that `.master_lock` to go, in the middle of the
+/// grant. So an `IN_ATTRIB` alone is checked with one `lstat` of the name: still there,
+/// the same inode, and the wait goes on.
+fn wait_gone(inotify: &Inotify, path: &str, ino: u64, until: Option<Instant>) -> Option<bool> {
+    loop {
+        if !wait_readable(inotify, until)? {
+            return Some(false);
+        }
+        let touched_only = match inotify.read_events() {
+            Ok(events) => {
+                !events.is_empty() && events.iter().all(|e| e.mask == AddWatchFlags::IN_ATTRIB)
+            }
+            Err(_) => false,
+        };
+        if !touched_only {
+            return Some(true);
+        }
+        match nix::sys::stat::lstat(path) {
+            Ok(st) if st.st_ino == ino => {}
+            _ => return Some(true),
+        }
+    }
+}
+
 fn wait_readable(inotify: &Inotify, until: Option<Instant>) -> Option<bool> {
     loop {
         let timeout = match until {
@@ -850,6 +886,58 @@ mod tests {
         sub.concerns(Interest::MASTER);
         std::fs::remove_file(&target).expect("remove the target");
         assert_eq!(sub.wait(Duration::from_millis(50)), Removed::NOTHING);
+    }
+
+    /// A touch of the watched file (its owner's renewal, the grant's `futimens` of
+    /// `.master_lock`) raises `IN_ATTRIB` as its removal does, but is not one: the
+    /// waiter sleeps on, and its removal still wakes it.
+    #[test]
+    fn a_touch_of_the_one_file_is_not_its_removal() {
+        let (dir, fd) = dir_with(&[".master_lock"]);
+        let sub = subscribe(&fd).expect("inotify available");
+        let path = dir.path().join(".master_lock");
+        let (started_tx, started_rx) = crossbeam_channel::bounded(0);
+        let (touched_tx, touched_rx) = crossbeam_channel::bounded(1);
+        let toucher = {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                started_rx.recv().expect("started");
+                std::thread::sleep(Duration::from_millis(100));
+                let f = std::fs::File::open(&path).expect("open");
+                // As the library renews its files: both times (`futimens(fd, NULL)`);
+                // mtime alone would raise `IN_MODIFY`, which is not watched.
+                let now = std::time::SystemTime::now();
+                let times = std::fs::FileTimes::new()
+                    .set_accessed(now)
+                    .set_modified(now);
+                f.set_times(times).expect("touch");
+                touched_tx.send(()).expect("touched");
+            })
+        };
+        sub.concerns(Interest::MASTER);
+        started_tx.send(()).expect("start");
+        assert_eq!(
+            sub.wait(Duration::from_millis(600)),
+            Removed::NOTHING,
+            "a touch woke it"
+        );
+        touched_rx
+            .try_recv()
+            .expect("the touch was made during the wait");
+        toucher.join().expect("toucher");
+        // Removed while it waits: woken.
+        let (started_tx, started_rx) = crossbeam_channel::bounded(0);
+        let remover = std::thread::spawn(move || {
+            started_rx.recv().expect("started");
+            std::thread::sleep(Duration::from_millis(100));
+            std::fs::remove_file(path).expect("remove");
+        });
+        sub.concerns(Interest::MASTER);
+        started_tx.send(()).expect("start");
+        let start = Instant::now();
+        assert_eq!(sub.wait(Duration::from_secs(30)), Removed::MASTER);
+        assert!(start.elapsed() < Duration::from_secs(15));
+        remover.join().expect("remover");
     }
 
     /// Only the leader reads: a subscriber's check must not take the event a leader's
