@@ -175,21 +175,10 @@ impl<'a> Attempt<'a> {
             own.keep_fresh(period);
         }
         let renew = keep.iter().filter_map(|own| own.due(period)).min();
-        if !self.subscribed && self.deadline != Deadline::Once {
-            // Subscribe only when we must wait, then look again at once: a change made
-            // before the subscription existed would otherwise be missed.
-            self.subscribed = true;
-            self.wake = notify::subscribe(self.sd.fd());
-            if self.wake.is_some() {
-                // Locally every change makes an event; the poll only backs up what
-                // makes none (a holder's death or its lease running out).
-                if !self.sd.is_remote() {
-                    let max = self.cfg.max_poll;
-                    self.backoff
-                        .backstop(max, max.saturating_mul(crate::config::EVENT_BACKSTOP));
-                }
-                return Some(Removed::NOTHING);
-            }
+        // Subscribe only when we must wait, then look again at once: a change made
+        // before the subscription existed would otherwise be missed.
+        if !self.subscribed && self.subscribe() {
+            return Some(Removed::NOTHING);
         }
         if self.deadline != Deadline::Once {
             self.prepare_spares();
@@ -200,6 +189,26 @@ impl<'a> Attempt<'a> {
             w.concerns(interest);
         }
         self.backoff.sleep(self.deadline, renew, self.wake.as_ref())
+    }
+
+    /// Subscribes to the state directory's changes, unless this attempt may not sleep
+    /// (`try_*`) or has done so already; whether a subscription was made. A caller that
+    /// expects to wait subscribes before its first look, which then needs no second
+    /// look after the subscription (see [`Attempt::sleep`]).
+    fn subscribe(&mut self) -> bool {
+        if self.subscribed || self.deadline == Deadline::Once {
+            return false;
+        }
+        self.subscribed = true;
+        self.wake = notify::subscribe(self.sd.fd());
+        if self.wake.is_some() && !self.sd.is_remote() {
+            // Locally every change makes an event; the poll only backs up what makes
+            // none (a holder's death or its lease running out).
+            let max = self.cfg.max_poll;
+            self.backoff
+                .backstop(max, max.saturating_mul(crate::config::EVENT_BACKSTOP));
+        }
+        self.wake.is_some()
     }
 
     /// [`Attempt::sleep`], or the error for giving up ([`Attempt::give_up`]) when the
@@ -389,6 +398,11 @@ pub(crate) fn write(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<(
     if let Some((master, hint)) = fast_path(&at)? {
         at.spares_wanted = &[];
         return enter(&mut at, master, None, hint);
+    }
+    // The last write here waited, or the look just made found a writer: this one will
+    // most likely wait too. Subscribing before W2's first look spares a second one.
+    if !sd.writers_were_absent() {
+        at.subscribe();
     }
     // W1: queue.
     let mut pending = queue(&at)?;
