@@ -154,10 +154,10 @@ impl Builder {
     ///
     /// On a local filesystem where inotify works, a waiter is woken by the removal it
     /// waits for, and polling is only the backstop for what makes no event: a holder
-    /// that died (its files stay) or whose lease ran out. There the pauses start at
-    /// `max` and grow to [`EVENT_BACKSTOP`](crate::EVENT_BACKSTOP) × `max` (2 s with
-    /// the defaults, ± 50 % jitter), so many waiters cost next to no CPU; a dead holder
-    /// is noticed within that time. Remote filesystems, where other hosts' changes make
+    /// that died (its files stay) or whose lease ran out. There the pauses go on
+    /// doubling past `max`, up to [`EVENT_BACKSTOP`](crate::EVENT_BACKSTOP) × `max` (2 s
+    /// with the defaults, ± 50 % jitter), so many long waiters cost next to no CPU; a
+    /// dead holder is noticed within that time. Remote filesystems, where other hosts' changes make
     /// no event here, poll between `min` and `max`.
     ///
     /// # Examples

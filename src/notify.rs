@@ -230,9 +230,18 @@ struct Watcher {
     members: Mutex<Vec<Member>>,
     /// The directory went away or reading failed: waits are plain sleeps.
     dead: AtomicBool,
+    /// The directory itself (a duplicate of the descriptor it was made from), to look
+    /// at one name in it without a path walk (see `wait_gone`).
+    dir: std::os::fd::OwnedFd,
 }
 
 impl Watcher {
+    /// The inode number at `name` in the directory (not following a symlink).
+    fn ino_of(&self, name: &str) -> nix::Result<u64> {
+        nix::sys::stat::fstatat(&self.dir, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
+            .map(|st| st.st_ino)
+    }
+
     /// Tells every member but `except` of the `events` that concern it.
     fn broadcast(&self, events: &[Event], except: Option<u64>) {
         for m in self.members.lock().iter().filter(|m| Some(m.id) != except) {
@@ -393,9 +402,10 @@ impl Subscription {
         until: Option<Instant>,
     ) -> Option<Removed> {
         let path = format!("{}/{name}", self.dir_link);
+        let file = name.to_string();
         // The inode watched, to tell a removal from a touch (see `wait_gone`).
-        let ino = match nix::sys::stat::lstat(path.as_str()) {
-            Ok(st) => st.st_ino,
+        let ino = match self.watcher.ino_of(&file) {
+            Ok(ino) => ino,
             Err(Errno::ENOENT) => return Some(gone),
             Err(_) => return None,
         };
@@ -417,7 +427,8 @@ impl Subscription {
         let interest = std::mem::replace(&mut *self.interest.lock(), Interest::NONE);
         let removed = Removed::take(&self.changed);
         let result = if removed.is_nothing() {
-            wait_gone(inotify, &path, ino, until).map(|g| if g { gone } else { removed })
+            wait_gone(inotify, &self.watcher, &file, ino, until)
+                .map(|g| if g { gone } else { removed })
         } else {
             Some(removed)
         };
@@ -533,7 +544,13 @@ impl Subscription {
 /// otherwise wake everyone waiting for that `.master_lock` to go, in the middle of the
 /// grant. So an `IN_ATTRIB` alone is checked with one `lstat` of the name: still there,
 /// the same inode, and the wait goes on.
-fn wait_gone(inotify: &Inotify, path: &str, ino: u64, until: Option<Instant>) -> Option<bool> {
+fn wait_gone(
+    inotify: &Inotify,
+    w: &Watcher,
+    name: &str,
+    ino: u64,
+    until: Option<Instant>,
+) -> Option<bool> {
     loop {
         if !wait_readable(inotify, until)? {
             return Some(false);
@@ -547,8 +564,8 @@ fn wait_gone(inotify: &Inotify, path: &str, ino: u64, until: Option<Instant>) ->
         if !touched_only {
             return Some(true);
         }
-        match nix::sys::stat::lstat(path) {
-            Ok(st) if st.st_ino == ino => {}
+        match w.ino_of(name) {
+            Ok(i) if i == ino => {}
             _ => return Some(true),
         }
     }
@@ -642,12 +659,14 @@ fn start(dir: &impl AsFd, pid: u32) -> Option<Arc<Watcher>> {
             AddWatchFlags::IN_DELETE | AddWatchFlags::IN_DELETE_SELF | AddWatchFlags::IN_ONLYDIR,
         )
         .ok()?;
+    let dir = nix::unistd::dup(dir.as_fd()).ok()?;
     Some(Arc::new(Watcher {
         inotify,
         pid,
         leading: AtomicBool::new(false),
         members: Mutex::new(Vec::new()),
         dead: AtomicBool::new(false),
+        dir,
     }))
 }
 
