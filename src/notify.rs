@@ -30,7 +30,7 @@
 //! `IN_ATTRIB` too: once per lease/3, a waiter looks again for nothing.
 
 use std::collections::HashMap;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -230,18 +230,9 @@ struct Watcher {
     members: Mutex<Vec<Member>>,
     /// The directory went away or reading failed: waits are plain sleeps.
     dead: AtomicBool,
-    /// The directory itself (a duplicate of the descriptor it was made from), to look
-    /// at one name in it without a path walk (see `wait_gone`).
-    dir: std::os::fd::OwnedFd,
 }
 
 impl Watcher {
-    /// The inode number at `name` in the directory (not following a symlink).
-    fn ino_of(&self, name: &str) -> nix::Result<u64> {
-        nix::sys::stat::fstatat(&self.dir, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
-            .map(|st| st.st_ino)
-    }
-
     /// Tells every member but `except` of the `events` that concern it.
     fn broadcast(&self, events: &[Event], except: Option<u64>) {
         for m in self.members.lock().iter().filter(|m| Some(m.id) != except) {
@@ -323,7 +314,7 @@ impl Watcher {
 
 /// A waiter's registration: wakes on the removal of a lock file in the state directory.
 #[derive(Debug)]
-pub(crate) struct Subscription {
+pub(crate) struct Subscription<'d> {
     id: u64,
     rx: Receiver<()>,
     changed: Arc<AtomicU8>,
@@ -332,6 +323,54 @@ pub(crate) struct Subscription {
     watcher: Arc<Watcher>,
     /// `/proc/self/fd/N` of the state directory, to name a file to watch.
     dir_link: String,
+    /// The state directory, to look at one name in it without a path walk (see
+    /// `wait_gone`). Borrowed: a descriptor of our own would keep the directory's inode
+    /// alive, and its removal would then raise no `IN_DELETE_SELF` for the watcher.
+    dir: BorrowedFd<'d>,
+}
+
+impl Subscription<'_> {
+    /// Waits on a watch of one file (`IN_ATTRIB`, `IN_DELETE_SELF`, `IN_MOVE_SELF`) until the
+    /// file at `path`, inode `ino` when the watch was made, is gone: `Some(true)`;
+    /// `Some(false)` if `until` came first, `None` if `ppoll` failed.
+    ///
+    /// `unlink` raises `IN_ATTRIB` (the link count changes), but so does every touch of the
+    /// file: its owner's renewals, and the grant's `futimens` of `.master_lock`, which would
+    /// otherwise wake everyone waiting for that `.master_lock` to go, in the middle of the
+    /// grant. So an `IN_ATTRIB` alone is checked with one `lstat` of the name: still there,
+    /// the same inode, and the wait goes on.
+    fn wait_gone(
+        &self,
+        inotify: &Inotify,
+        name: &str,
+        ino: u64,
+        until: Option<Instant>,
+    ) -> Option<bool> {
+        loop {
+            if !wait_readable(inotify, until)? {
+                return Some(false);
+            }
+            let touched_only = match inotify.read_events() {
+                Ok(events) => {
+                    !events.is_empty() && events.iter().all(|e| e.mask == AddWatchFlags::IN_ATTRIB)
+                }
+                Err(_) => false,
+            };
+            if !touched_only {
+                return Some(true);
+            }
+            match self.ino_of(name) {
+                Ok(i) if i == ino => {}
+                _ => return Some(true),
+            }
+        }
+    }
+
+    /// The inode number at `name` in the state directory (not following a symlink).
+    fn ino_of(&self, name: &str) -> nix::Result<u64> {
+        nix::sys::stat::fstatat(self.dir, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
+            .map(|st| st.st_ino)
+    }
 }
 
 thread_local! {
@@ -342,7 +381,7 @@ thread_local! {
     static OWN: std::cell::OnceCell<Option<Inotify>> = const { std::cell::OnceCell::new() };
 }
 
-impl Subscription {
+impl Subscription<'_> {
     /// Says which removals concern the next waits (until [`Subscription::forget`]).
     /// Removals already reported stay reported.
     pub(crate) fn concerns(&self, interest: Interest) {
@@ -404,7 +443,7 @@ impl Subscription {
         let path = format!("{}/{name}", self.dir_link);
         let file = name.to_string();
         // The inode watched, to tell a removal from a touch (see `wait_gone`).
-        let ino = match self.watcher.ino_of(&file) {
+        let ino = match self.ino_of(&file) {
             Ok(ino) => ino,
             Err(Errno::ENOENT) => return Some(gone),
             Err(_) => return None,
@@ -427,7 +466,7 @@ impl Subscription {
         let interest = std::mem::replace(&mut *self.interest.lock(), Interest::NONE);
         let removed = Removed::take(&self.changed);
         let result = if removed.is_nothing() {
-            wait_gone(inotify, &self.watcher, &file, ino, until)
+            self.wait_gone(inotify, &file, ino, until)
                 .map(|g| if g { gone } else { removed })
         } else {
             Some(removed)
@@ -535,42 +574,6 @@ impl Subscription {
 
 /// Blocks until `inotify` is readable (`Some(true)`) or `until` passes (`Some(false)`);
 /// `None` if polling failed.
-/// Waits on a watch of one file (`IN_ATTRIB`, `IN_DELETE_SELF`, `IN_MOVE_SELF`) until the
-/// file at `path`, inode `ino` when the watch was made, is gone: `Some(true)`;
-/// `Some(false)` if `until` came first, `None` if `ppoll` failed.
-///
-/// `unlink` raises `IN_ATTRIB` (the link count changes), but so does every touch of the
-/// file: its owner's renewals, and the grant's `futimens` of `.master_lock`, which would
-/// otherwise wake everyone waiting for that `.master_lock` to go, in the middle of the
-/// grant. So an `IN_ATTRIB` alone is checked with one `lstat` of the name: still there,
-/// the same inode, and the wait goes on.
-fn wait_gone(
-    inotify: &Inotify,
-    w: &Watcher,
-    name: &str,
-    ino: u64,
-    until: Option<Instant>,
-) -> Option<bool> {
-    loop {
-        if !wait_readable(inotify, until)? {
-            return Some(false);
-        }
-        let touched_only = match inotify.read_events() {
-            Ok(events) => {
-                !events.is_empty() && events.iter().all(|e| e.mask == AddWatchFlags::IN_ATTRIB)
-            }
-            Err(_) => false,
-        };
-        if !touched_only {
-            return Some(true);
-        }
-        match w.ino_of(name) {
-            Ok(i) if i == ino => {}
-            _ => return Some(true),
-        }
-    }
-}
-
 fn wait_readable(inotify: &Inotify, until: Option<Instant>) -> Option<bool> {
     loop {
         let timeout = match until {
@@ -593,7 +596,7 @@ fn wait_readable(inotify: &Inotify, until: Option<Instant>) -> Option<bool> {
     }
 }
 
-impl Drop for Subscription {
+impl Drop for Subscription<'_> {
     fn drop(&mut self) {
         self.watcher.members.lock().retain(|m| m.id != self.id);
     }
@@ -601,9 +604,9 @@ impl Drop for Subscription {
 
 /// Subscribes to changes in the directory open as `dir`. `None` if inotify is not
 /// available (then waiting is plain polling).
-pub(crate) fn subscribe(dir: impl AsFd) -> Option<Subscription> {
+pub(crate) fn subscribe(dir: BorrowedFd<'_>) -> Option<Subscription<'_>> {
     use std::os::fd::AsRawFd as _;
-    let st = fstat(&dir).ok()?;
+    let st = fstat(dir).ok()?;
     let key: Key = FileId::of(&st);
     let pid = std::process::id();
     let watcher = {
@@ -638,6 +641,7 @@ pub(crate) fn subscribe(dir: impl AsFd) -> Option<Subscription> {
         interest,
         watcher,
         dir_link: format!("/proc/self/fd/{}", dir.as_fd().as_raw_fd()),
+        dir,
     })
 }
 
@@ -659,14 +663,12 @@ fn start(dir: &impl AsFd, pid: u32) -> Option<Arc<Watcher>> {
             AddWatchFlags::IN_DELETE | AddWatchFlags::IN_DELETE_SELF | AddWatchFlags::IN_ONLYDIR,
         )
         .ok()?;
-    let dir = nix::unistd::dup(dir.as_fd()).ok()?;
     Some(Arc::new(Watcher {
         inotify,
         pid,
         leading: AtomicBool::new(false),
         members: Mutex::new(Vec::new()),
         dead: AtomicBool::new(false),
-        dir,
     }))
 }
 
@@ -703,7 +705,7 @@ mod tests {
     #[test]
     fn a_change_wakes_a_waiter() {
         let (dir, fd) = dir_with(&[".master_lock"]);
-        let sub = subscribe(&fd).expect("inotify available");
+        let sub = subscribe(fd.as_fd()).expect("inotify available");
         let path = dir.path().join(".master_lock");
         let t = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(50));
@@ -719,10 +721,12 @@ mod tests {
     #[test]
     fn a_change_wakes_every_waiting_thread() {
         let (dir, fd) = dir_with(&[".master_lock"]);
+        // The subscriptions borrow it from threads of their own.
+        let fd: &'static std::fs::File = Box::leak(Box::new(fd));
         let (ready_tx, ready_rx) = crossbeam_channel::unbounded();
         let waiters: Vec<_> = (0..4)
             .map(|_| {
-                let sub = subscribe(&fd).expect("inotify available");
+                let sub = subscribe(fd.as_fd()).expect("inotify available");
                 let ready = ready_tx.clone();
                 std::thread::spawn(move || {
                     let _ = ready.send(());
@@ -749,8 +753,10 @@ mod tests {
     #[test]
     fn the_lead_is_handed_over() {
         let (dir, fd) = dir_with(&[".master_lock"]);
-        let leader = subscribe(&fd).expect("inotify available");
-        let follower = subscribe(&fd).expect("inotify available");
+        // The subscriptions borrow it from threads of their own.
+        let fd: &'static std::fs::File = Box::leak(Box::new(fd));
+        let leader = subscribe(fd.as_fd()).expect("inotify available");
+        let follower = subscribe(fd.as_fd()).expect("inotify available");
         let w = &leader.watcher;
         // Make `leader` the leader for a short pause, `follower` waits long meanwhile.
         let (go_tx, go_rx) = crossbeam_channel::bounded(0);
@@ -786,13 +792,16 @@ mod tests {
     #[test]
     fn a_removed_directory_is_noticed_without_a_reader() {
         let (dir, fd) = dir_with(&[]);
-        let sub = subscribe(&fd).expect("inotify available");
+        let sub = subscribe(fd.as_fd()).expect("inotify available");
         assert!(sub.watcher.current());
+        // What the next subscriber would get: the process's watcher of the directory.
+        let watcher = Arc::clone(&sub.watcher);
+        drop(sub);
         let path = dir.path().to_path_buf();
         drop(fd);
         dir.close().expect("remove dir");
         assert!(!path.exists());
-        assert!(!sub.watcher.current(), "the removal was not noticed");
+        assert!(!watcher.current(), "the removal was not noticed");
     }
 
     /// A wake-up says what was removed, and `forget` drops what came before a listing.
@@ -800,7 +809,7 @@ mod tests {
     fn a_wake_up_says_what_was_removed() {
         let slave = ".slave_lock-0e18a3fe-e080-418f-922d-b61347e980a5";
         let (dir, fd) = dir_with(&[".master_lock", slave, ".token-3"]);
-        let sub = subscribe(&fd).expect("inotify available");
+        let sub = subscribe(fd.as_fd()).expect("inotify available");
         let long = Duration::from_secs(30);
         std::fs::remove_file(dir.path().join(".master_lock")).expect("remove");
         assert_eq!(sub.wait(long), Removed::MASTER);
@@ -829,13 +838,13 @@ mod tests {
         let other = ".pending_lock-0e18a3fe-e080-418f-922d-b61347e980a7-2";
         let (dir, fd) = dir_with(&[".master_lock", slave, ahead, other]);
         let name = |n: &str| LockName::parse(n.as_bytes()).expect("a lock name");
-        let writer = subscribe(&fd).expect("inotify available");
+        let writer = subscribe(fd.as_fd()).expect("inotify available");
         writer.concerns(Interest::only(name(ahead)));
-        let drainer = subscribe(&fd).expect("inotify available");
+        let drainer = subscribe(fd.as_fd()).expect("inotify available");
         drainer.concerns(Interest::READERS);
-        let reader = subscribe(&fd).expect("inotify available");
+        let reader = subscribe(fd.as_fd()).expect("inotify available");
         reader.concerns(Interest::WRITERS);
-        let fresh = subscribe(&fd).expect("inotify available");
+        let fresh = subscribe(fd.as_fd()).expect("inotify available");
         fresh.forget();
         let short = Duration::from_millis(50);
         let long = Duration::from_secs(30);
@@ -871,7 +880,7 @@ mod tests {
         let slave = ".slave_lock-0e18a3fe-e080-418f-922d-b61347e980a5";
         let (dir, fd) = dir_with(&[ahead, slave, ".master_lock"]);
         let name = |n: &str| LockName::parse(n.as_bytes()).expect("a lock name");
-        let sub = subscribe(&fd).expect("inotify available");
+        let sub = subscribe(fd.as_fd()).expect("inotify available");
         sub.concerns(Interest::only(name(ahead)));
         std::fs::remove_file(dir.path().join(slave)).expect("remove");
         assert_eq!(sub.wait(Duration::from_millis(50)), Removed::NOTHING);
@@ -913,7 +922,7 @@ mod tests {
     #[test]
     fn a_touch_of_the_one_file_is_not_its_removal() {
         let (dir, fd) = dir_with(&[".master_lock"]);
-        let sub = subscribe(&fd).expect("inotify available");
+        let sub = subscribe(fd.as_fd()).expect("inotify available");
         let path = dir.path().join(".master_lock");
         let (started_tx, started_rx) = crossbeam_channel::bounded(0);
         let (touched_tx, touched_rx) = crossbeam_channel::bounded(1);
@@ -964,7 +973,7 @@ mod tests {
     #[test]
     fn a_check_leaves_the_leaders_events_alone() {
         let (dir, fd) = dir_with(&[".master_lock"]);
-        let sub = subscribe(&fd).expect("inotify available");
+        let sub = subscribe(fd.as_fd()).expect("inotify available");
         let w = &sub.watcher;
         w.leading.store(true, Ordering::SeqCst); // someone leads
         std::fs::remove_file(dir.path().join(".master_lock")).expect("remove");

@@ -79,7 +79,7 @@ impl Backoff {
         &mut self,
         deadline: Deadline,
         until: Option<Instant>,
-        wake: Option<&Subscription>,
+        wake: Option<&Subscription<'_>>,
     ) -> Option<Removed> {
         let now = Instant::now();
         let pause = match deadline {

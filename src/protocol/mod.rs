@@ -3,7 +3,7 @@
 //! Step labels in comments refer to that document.
 
 use std::cell::Cell;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -91,7 +91,7 @@ struct Attempt<'a> {
     exclude: Option<LockName>,
     /// Wakes us on changes in the state directory (local changes only); made at the
     /// first pause, so that an acquisition that never waits costs no watch.
-    wake: Option<Subscription>,
+    wake: Option<Subscription<'a>>,
     /// Whether we already tried to subscribe.
     subscribed: bool,
     /// Which removals can end the next pause ([`Attempt::sleep`]): set by the caller
@@ -200,7 +200,7 @@ impl<'a> Attempt<'a> {
             return false;
         }
         self.subscribed = true;
-        self.wake = notify::subscribe(self.sd.fd());
+        self.wake = notify::subscribe(self.sd.fd().as_fd());
         if self.wake.is_some() && !self.sd.is_remote() {
             // Locally every change makes an event; the poll only backs up what makes
             // none (a holder's death or its lease running out), and a long wait may
