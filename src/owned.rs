@@ -48,6 +48,8 @@ static NEXT: AtomicU64 = AtomicU64::new(1);
 #[derive(Debug)]
 pub(crate) struct Mark {
     id: u64,
+    /// The process that made it: a forked child leaves the records alone.
+    pid: u32,
 }
 
 impl Mark {
@@ -55,21 +57,28 @@ impl Mark {
     /// directory `sd`, through the lock file `name`; `lost` is set once it is lost.
     pub(crate) fn new(sd: &StateDir, kind: Kind, name: LockName, lost: Arc<AtomicBool>) -> Mark {
         let id = NEXT.fetch_add(1, Ordering::Relaxed);
+        let pid = std::process::id();
         RECORDS.lock().push(Record {
             id,
             dir: sd.id(),
             thread: std::thread::current().id(),
-            pid: std::process::id(),
+            pid,
             kind,
             name,
             path: sd.path_of(&name),
             lost,
         });
-        Mark { id }
+        Mark { id, pid }
     }
 
-    /// Removes the record: the guard was released. Idempotent.
+    /// Removes the record: the guard was released. Idempotent. Does nothing in a forked
+    /// child: another thread of the parent may have held the records' lock at the
+    /// fork, and the child's copy of that lock would then never be released (the
+    /// child's copies of the records do not count anyway).
     pub(crate) fn forget(&self) {
+        if std::process::id() != self.pid {
+            return;
+        }
         RECORDS.lock().retain(|r| r.id != self.id);
     }
 }
