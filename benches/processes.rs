@@ -1,4 +1,4 @@
-//! Multi-process scenarios (BENCHMARKS.md, tables 3–7): every case runs `rwdir` and
+//! Multi-process scenarios (BENCHMARKS.md, tables 3–8): every case runs `rwdir` and
 //! std's `File::lock`/`File::lock_shared` (flock) the same way, in interleaved rounds,
 //! at tmpfs and at the default temp directory, and prints markdown tables with the
 //! ratios and the targets of issues #5 and #14.
