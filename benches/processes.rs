@@ -36,6 +36,8 @@
 #[path = "../tests/cli/bin.rs"]
 mod bin;
 mod common;
+#[path = "../tests/common/tasks.rs"]
+mod tasks;
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
@@ -1279,21 +1281,6 @@ fn threads_cpu_ns(pid: u32) -> Option<u64> {
     Some(sum)
 }
 
-/// Whether every thread of a process is asleep (state `S`) at this look.
-fn asleep(pid: u32) -> bool {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return false;
-    };
-    tasks.flatten().all(|t| {
-        std::fs::read_to_string(t.path().join("stat"))
-            .ok()
-            .is_some_and(|s| {
-                s.rfind(')')
-                    .is_some_and(|i| s[i + 1..].trim_start().starts_with('S'))
-            })
-    })
-}
-
 /// Whether a process has an inotify descriptor open.
 fn has_inotify(pid: u32) -> bool {
     std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
@@ -1408,7 +1395,9 @@ fn herd_once(imp: Impl, loc: Loc, wait: Duration, settle: Duration) -> HerdRound
     let pids: Vec<u32> = std::iter::once(wpid)
         .chain(h.readers.iter().map(Worker::pid))
         .collect();
-    let settled = poll_until(Duration::from_secs(2), || pids.iter().all(|&p| asleep(p)));
+    let settled = poll_until(Duration::from_secs(2), || {
+        pids.iter().all(|&p| tasks::all_threads_in(p, 'S'))
+    });
     let inotify = pids.iter().filter(|&&p| has_inotify(p)).count();
     let cpu_of_all = || -> (Option<u64>, u64) {
         let precise = pids.iter().map(|&p| threads_cpu_ns(p)).sum::<Option<u64>>();

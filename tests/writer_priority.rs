@@ -285,7 +285,7 @@ fn a_newcomer_does_not_take_the_free_lock_from_a_queued_writer() {
     let b_pid = Pid::from_raw(i32::try_from(b.pid()).expect("pid"));
     kill(b_pid, Signal::SIGSTOP).expect("stop B");
     wait_until("every thread of B is stopped", dir.path(), || {
-        all_stopped(b.pid())
+        common::tasks::all_threads_in(b.pid(), 'T')
     });
     drop(g);
     // Nobody holds now, and B (alive, stopped) is first in the queue.
@@ -302,17 +302,4 @@ fn a_newcomer_does_not_take_the_free_lock_from_a_queued_writer() {
     b.ok("release");
     b.finish();
     common::assert_only_token(dir.path());
-}
-
-/// Whether every thread of process `pid` is stopped (state `T` in its `stat`).
-fn all_stopped(pid: u32) -> bool {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return false;
-    };
-    tasks.flatten().all(|t| {
-        std::fs::read_to_string(t.path().join("stat"))
-            .ok()
-            .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| rest.starts_with('T')))
-            .unwrap_or(false)
-    })
 }

@@ -26,6 +26,7 @@ use nix::unistd::Pid;
 use rwdir::{DirLock, Error, ReadGuard, WriteGuard};
 
 pub mod run;
+pub mod tasks;
 
 /// The bound for anything that should happen "soon": generous, because CI machines
 /// are small and busy. Only a failing test ever waits this long.
