@@ -22,12 +22,14 @@
 //! listing's start, [`Subscription::forget`], to its sleep) every removal does.
 //!
 //! A waiter concerned with one file only (a queued writer: its predecessor's queue
-//! file, or `.master_lock` once it is first) does not wait on the shared watch at all:
-//! it watches that file with an inotify instance of its own, for as long as it sleeps
-//! (`IN_ATTRIB`, which `unlink` raises as it drops the link count). The kernel then
-//! wakes it, and no other process, when that file goes: a hand-off between queued
-//! writers wakes two processes however many wait. A heartbeat's `futimens` raises
-//! `IN_ATTRIB` too: once per lease/3, a waiter looks again for nothing.
+//! file, or `.master_lock` once it is first; a reader: the youngest queued writer's
+//! file, or `.master_lock`) does not wait on the shared watch at all: it watches that
+//! file with an inotify instance of its own, for as long as it sleeps (`IN_ATTRIB`,
+//! which `unlink` raises as it drops the link count). The kernel then wakes it, and no
+//! other process, when that file goes: a hand-off between queued writers wakes two
+//! processes however many wait. A `futimens` (a renewal, the grant's touch) raises
+//! `IN_ATTRIB` too; one `fstatat` of the name tells it from a removal, and the waiter
+//! sleeps on.
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -331,13 +333,13 @@ pub(crate) struct Subscription<'d> {
 
 impl Subscription<'_> {
     /// Waits on a watch of one file (`IN_ATTRIB`, `IN_DELETE_SELF`, `IN_MOVE_SELF`) until the
-    /// file at `path`, inode `ino` when the watch was made, is gone: `Some(true)`;
+    /// file `name`, inode `ino` when the watch was made, is gone: `Some(true)`;
     /// `Some(false)` if `until` came first, `None` if `ppoll` failed.
     ///
     /// `unlink` raises `IN_ATTRIB` (the link count changes), but so does every touch of the
     /// file: its owner's renewals, and the grant's `futimens` of `.master_lock`, which would
     /// otherwise wake everyone waiting for that `.master_lock` to go, in the middle of the
-    /// grant. So an `IN_ATTRIB` alone is checked with one `lstat` of the name: still there,
+    /// grant. So an `IN_ATTRIB` alone is checked with one `fstatat` of the name: still there,
     /// the same inode, and the wait goes on.
     fn wait_gone(
         &self,

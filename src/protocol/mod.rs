@@ -90,7 +90,8 @@ struct Attempt<'a> {
     /// Our own pending file, never named as the one in our way.
     exclude: Option<LockName>,
     /// Wakes us on changes in the state directory (local changes only); made at the
-    /// first pause, so that an acquisition that never waits costs no watch.
+    /// first pause, so that an acquisition that never waits costs no watch, or before
+    /// the first look by a write that expects to wait ([`Attempt::subscribe`]).
     wake: Option<Subscription<'a>>,
     /// Whether we already tried to subscribe.
     subscribed: bool,
