@@ -204,8 +204,9 @@ for _b in [f"F{i}" for i in range(1, 9)] + [f"L{i}" for i in range(1, 5)] \
     _c = _BASE[_b]
     _t = "q" if _b in _V6_Q else "a" if _b in _V6_A else "f"
     CONFIGS.append((f"{_b}-V6", f"{_c[1]}; shortcut V6", f"{_c[2]} --v6", _c[3], "PASS", _t))
+    # the largest (F2, F4, F5: 4-11 GB, 12-25 min each) --all only, like V1+V2 on F4 and F5
     CONFIGS.append((f"{_b}-V1256", f"{_c[1]}; shortcuts V1+V2+V5+V6", f"{_c[2]} --v1 wake --v2 --v5 --v6", _c[3],
-                    "PASS", "a" if _t == "a" or _b in ("L3", "MF1", "ML1") else _t))
+                    "PASS", "a" if _t == "a" or _b in ("L3", "MF1", "ML1", "F2", "F4", "F5") else _t))
 for _b in ["F7", "F8"]:
     _c = _BASE[_b]
     CONFIGS.append((f"{_b}-V46", f"{_c[1]}; tokens, V4, V6", f"{_c[2]} --tokens 4 --v4 --v6", _c[3], "PASS", "f"))
