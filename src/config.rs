@@ -35,3 +35,11 @@ impl Config {
 /// events wake it (a local filesystem with inotify): see
 /// [`Builder::poll_interval`](crate::Builder::poll_interval).
 pub const EVENT_BACKSTOP: u32 = 20;
+
+/// How much longer than the maximum poll interval a waiter may go without a look where
+/// both the one file it waits for and its owner's exit make events (a local filesystem
+/// with inotify, and an owner of this host and pid namespace, watched through a pidfd):
+/// 300 × 100 ms, 30 s, by default. Its pauses keep their usual length, but one that runs
+/// out with no event sleeps on without listing or judging anything. See
+/// [`Builder::poll_interval`](crate::Builder::poll_interval).
+pub(crate) const COVERED_BACKSTOP: u32 = 300;

@@ -11,6 +11,7 @@ use crate::fsops::{Found, StateDir};
 use crate::holder::Kind;
 use crate::liveness::{self, Liveness};
 use crate::names::LockName;
+use crate::sys::ExitWatch;
 
 /// Judges the files of one state directory, with the lease that counts for a malformed
 /// file (a well-formed record carries its owner's lease).
@@ -24,17 +25,27 @@ pub(crate) struct Judge<'a> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Judged {
     Gone,
-    File(Liveness),
+    /// The verdict, and the owner whose exit would change an `Alive` one (see
+    /// [`liveness::verdict`]).
+    File(Liveness, Option<ExitWatch>),
 }
 
 impl Judged {
     pub(crate) fn is_dead(self) -> bool {
-        self == Judged::File(Liveness::Dead)
+        matches!(self, Judged::File(Liveness::Dead, _))
     }
 
     /// Present and not dead: it blocks whoever it is in the way of.
     pub(crate) fn is_live(self) -> bool {
-        matches!(self, Judged::File(l) if !l.is_dead())
+        matches!(self, Judged::File(l, _) if !l.is_dead())
+    }
+
+    /// The process whose exit is an event for a waiter on this file, if there is one.
+    pub(crate) fn owner(self) -> Option<ExitWatch> {
+        match self {
+            Judged::File(Liveness::Alive, owner) => owner,
+            _ => None,
+        }
     }
 }
 
@@ -50,12 +61,15 @@ impl<'a> Judge<'a> {
     pub(crate) fn judge(&self, name: &LockName) -> Result<Judged> {
         Ok(match self.sd.read(name)? {
             Found::Gone => Judged::Gone,
-            Found::File { holder, mtime, .. } => Judged::File(liveness::judge(
-                holder.as_ref(),
-                mtime,
-                self.sd.judge_now(),
-                self.malformed_lease,
-            )),
+            Found::File { holder, mtime, .. } => {
+                let (liveness, owner) = liveness::verdict(
+                    holder.as_ref(),
+                    mtime,
+                    self.sd.judge_now(),
+                    self.malformed_lease,
+                );
+                Judged::File(liveness, owner)
+            }
         })
     }
 
@@ -94,7 +108,7 @@ impl<'a> Judge<'a> {
         else {
             return Ok(None);
         };
-        let liveness = liveness::judge(
+        let (liveness, _) = liveness::verdict(
             holder.as_ref(),
             mtime,
             self.sd.judge_now(),

@@ -3,7 +3,7 @@
 use std::time::{Duration, SystemTime};
 
 use crate::holder::Holder;
-use crate::sys::{self, Probe};
+use crate::sys::{self, ExitWatch, Probe};
 
 /// The verdict on a lock file's owner.
 ///
@@ -72,18 +72,32 @@ impl Liveness {
 ///   record's own lease, or `malformed_lease` for a malformed file).
 ///
 /// A process never judges itself dead.
+#[cfg(test)]
 pub(crate) fn judge(
     record: Option<&Holder>,
     mtime: SystemTime,
     now: SystemTime,
     malformed_lease: Duration,
 ) -> Liveness {
+    verdict(record, mtime, now, malformed_lease).0
+}
+
+/// [`judge`], and the process whose exit would change an `Alive` verdict when it was
+/// reached by the recorded pid itself: a waiter can then wait for that exit as an event
+/// (a pidfd) instead of polling for it. `None` for every other verdict, and for an
+/// owner alive only through its process group (no pidfd names a group).
+pub(crate) fn verdict(
+    record: Option<&Holder>,
+    mtime: SystemTime,
+    now: SystemTime,
+    malformed_lease: Duration,
+) -> (Liveness, Option<ExitWatch>) {
     let age = now.duration_since(mtime).unwrap_or(Duration::ZERO);
     let Some(h) = record else {
         return if age > malformed_lease {
-            Liveness::Dead
+            (Liveness::Dead, None)
         } else {
-            Liveness::Unknown
+            (Liveness::Unknown, None)
         };
     };
     let me = sys::identity();
@@ -91,17 +105,24 @@ pub(crate) fn judge(
         !me.boot_id.is_empty() && h.boot_id == me.boot_id && me.pidns != 0 && h.pidns == me.pidns;
     if same_host {
         if h.pid == me.pid && h.start == me.start {
-            return Liveness::Alive;
+            return (Liveness::Alive, Some(ExitWatch::Me));
         }
-        if sys::probe_pid(h.pid, h.start) == Probe::Alive || sys::group_alive(h.pgid) {
-            return Liveness::Alive;
+        if sys::probe_pid(h.pid, h.start) == Probe::Alive {
+            let owner = ExitWatch::Process {
+                pid: h.pid,
+                start: h.start,
+            };
+            return (Liveness::Alive, Some(owner));
         }
-        return Liveness::Dead;
+        if sys::group_alive(h.pgid) {
+            return (Liveness::Alive, None);
+        }
+        return (Liveness::Dead, None);
     }
     if age > h.lease() {
-        Liveness::Dead
+        (Liveness::Dead, None)
     } else {
-        Liveness::Unknown
+        (Liveness::Unknown, None)
     }
 }
 

@@ -157,8 +157,13 @@ impl Builder {
     /// that died (its files stay) or whose lease ran out. There the pauses go on
     /// doubling past `max`, up to [`EVENT_BACKSTOP`](crate::EVENT_BACKSTOP) × `max` (2 s
     /// with the defaults, ± 50 % jitter), so many long waiters cost next to no CPU; a
-    /// dead holder is noticed within that time. Remote filesystems, where other hosts' changes make
-    /// no event here, poll between `min` and `max`.
+    /// dead holder is noticed within that time. Where the one file a waiter waits for
+    /// belongs to a process of this host and pid namespace that is alive by its own pid
+    /// (not only through its process group), that process's exit is an event too (a
+    /// pidfd): the waiter goes on as soon as it dies, and a pause that runs out with no
+    /// event is slept on without a look, up to 300 × `max` (30 s with the defaults)
+    /// between looks. Remote filesystems, where other hosts' changes make no event here,
+    /// poll between `min` and `max`.
     ///
     /// # Examples
     ///

@@ -32,7 +32,7 @@
 //! sleeps on.
 
 use std::collections::HashMap;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -46,7 +46,7 @@ use nix::sys::time::TimeSpec;
 use parking_lot::Mutex;
 
 use crate::names::LockName;
-use crate::sys::FileId;
+use crate::sys::{self, ExitWatch, FileId};
 
 type Key = FileId;
 
@@ -329,6 +329,15 @@ pub(crate) struct Subscription<'d> {
     /// `wait_gone`). Borrowed: a descriptor of our own would keep the directory's inode
     /// alive, and its removal would then raise no `IN_DELETE_SELF` for the watcher.
     dir: BorrowedFd<'d>,
+    /// The owner of the one file waited for, whose exit ends the wait too (see
+    /// [`Subscription::concerns`]).
+    owner: Mutex<Option<ExitWatch>>,
+    /// A pidfd of the last owner waited for, kept while it stays the owner: a hand-off
+    /// between queued writers then opens none.
+    pidfd: Mutex<Option<(ExitWatch, OwnedFd)>>,
+    /// Whether the last wait that ran out watched both the one file and its owner's
+    /// exit ([`Subscription::covered`]).
+    covered: AtomicBool,
 }
 
 impl Subscription<'_> {
@@ -341,16 +350,22 @@ impl Subscription<'_> {
     /// otherwise wake everyone waiting for that `.master_lock` to go, in the middle of the
     /// grant. So an `IN_ATTRIB` alone is checked with one `fstatat` of the name: still there,
     /// the same inode, and the wait goes on.
+    ///
+    /// `owner`, a pidfd, ends the wait too (`Some(true)`) when it becomes readable: its
+    /// process exited, and the file may now be judged dead.
     fn wait_gone(
         &self,
         inotify: &Inotify,
         name: &str,
         ino: u64,
         until: Option<Instant>,
+        owner: Option<BorrowedFd<'_>>,
     ) -> Option<bool> {
         loop {
-            if !wait_readable(inotify, until)? {
-                return Some(false);
+            match wait_readable(inotify, owner, until)? {
+                Ready::Timeout => return Some(false),
+                Ready::Owner => return Some(true),
+                Ready::Inotify => {}
             }
             let touched_only = match inotify.read_events() {
                 Ok(events) => {
@@ -384,16 +399,27 @@ thread_local! {
 }
 
 impl Subscription<'_> {
-    /// Says which removals concern the next waits (until [`Subscription::forget`]).
-    /// Removals already reported stay reported.
-    pub(crate) fn concerns(&self, interest: Interest) {
+    /// Says which removals concern the next waits (until [`Subscription::forget`]), and,
+    /// for a wait on one file, whose exit ends the wait too (see
+    /// [`crate::liveness::verdict`]). Removals already reported stay reported.
+    pub(crate) fn concerns(&self, interest: Interest, owner: Option<ExitWatch>) {
         *self.interest.lock() = interest;
+        *self.owner.lock() = owner;
+    }
+
+    /// Whether the last [`Subscription::wait`], which ran out with nothing to report,
+    /// watched everything that could end it: the one file waited for (on the thread's
+    /// own instance) and its owner's exit (a pidfd, or the owner is this process). Such
+    /// a wait needs no look when its pause runs out: nothing the look judges changed.
+    pub(crate) fn covered(&self) -> bool {
+        self.covered.load(Ordering::Relaxed)
     }
 
     /// Waits for a change or for `pause`, whichever comes first. Returns what was
     /// removed since the last `wait` or [`Subscription::forget`]
     /// ([`Removed::NOTHING`]: the pause ran out, or nothing is known).
     pub(crate) fn wait(&self, pause: Duration) -> Removed {
+        self.covered.store(false, Ordering::Relaxed);
         if self.watcher.dead.load(Ordering::SeqCst) {
             // Polling is the floor.
             std::thread::sleep(pause);
@@ -468,8 +494,27 @@ impl Subscription<'_> {
         let interest = std::mem::replace(&mut *self.interest.lock(), Interest::NONE);
         let removed = Removed::take(&self.changed);
         let result = if removed.is_nothing() {
-            self.wait_gone(inotify, &file, ino, until)
-                .map(|g| if g { gone } else { removed })
+            let owner = *self.owner.lock();
+            let mut pidfd = self.pidfd.lock();
+            let covered = match owner {
+                Some(ExitWatch::Me) => true,
+                Some(o @ ExitWatch::Process { pid, start }) => {
+                    if pidfd.as_ref().is_none_or(|(had, _)| *had != o) {
+                        *pidfd = sys::pidfd(pid, start).map(|fd| (o, fd));
+                    }
+                    pidfd.is_some()
+                }
+                None => false,
+            };
+            let fd = match owner {
+                Some(ExitWatch::Process { .. }) => pidfd.as_ref().map(|(_, fd)| fd.as_fd()),
+                _ => None,
+            };
+            let r = self.wait_gone(inotify, &file, ino, until, fd);
+            if r == Some(false) {
+                self.covered.store(covered, Ordering::Relaxed);
+            }
+            r.map(|g| if g { gone } else { removed })
         } else {
             Some(removed)
         };
@@ -574,24 +619,42 @@ impl Subscription<'_> {
     }
 }
 
-/// Blocks until `inotify` is readable (`Some(true)`) or `until` passes (`Some(false)`);
-/// `None` if polling failed.
-fn wait_readable(inotify: &Inotify, until: Option<Instant>) -> Option<bool> {
+/// What ended a [`wait_readable`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ready {
+    Inotify,
+    /// The pidfd: its process exited.
+    Owner,
+    Timeout,
+}
+
+/// Blocks until `inotify` or `owner` is readable or `until` passes; `None` if polling
+/// failed.
+fn wait_readable(
+    inotify: &Inotify,
+    owner: Option<BorrowedFd<'_>>,
+    until: Option<Instant>,
+) -> Option<Ready> {
     loop {
         let timeout = match until {
             Some(t) => {
                 let left = t.saturating_duration_since(Instant::now());
                 if left.is_zero() {
-                    return Some(false);
+                    return Some(Ready::Timeout);
                 }
                 Some(TimeSpec::from_duration(left))
             }
             None => None,
         };
-        let mut fds = [PollFd::new(inotify.as_fd(), PollFlags::POLLIN)];
-        match ppoll(&mut fds, timeout, None) {
-            Ok(0) => return Some(false),
-            Ok(_) => return Some(true),
+        let mut fds = [
+            PollFd::new(inotify.as_fd(), PollFlags::POLLIN),
+            PollFd::new(owner.unwrap_or(inotify.as_fd()), PollFlags::POLLIN),
+        ];
+        let n = if owner.is_some() { 2 } else { 1 };
+        match ppoll(&mut fds[..n], timeout, None) {
+            Ok(0) => return Some(Ready::Timeout),
+            Ok(_) if n == 2 && fds[1].any().unwrap_or(true) => return Some(Ready::Owner),
+            Ok(_) => return Some(Ready::Inotify),
             Err(Errno::EINTR) => {}
             Err(_) => return None,
         }
@@ -644,6 +707,9 @@ pub(crate) fn subscribe(dir: BorrowedFd<'_>) -> Option<Subscription<'_>> {
         watcher,
         dir_link: format!("/proc/self/fd/{}", dir.as_fd().as_raw_fd()),
         dir,
+        owner: Mutex::new(None),
+        pidfd: Mutex::new(None),
+        covered: AtomicBool::new(false),
     })
 }
 
@@ -841,11 +907,11 @@ mod tests {
         let (dir, fd) = dir_with(&[".master_lock", slave, ahead, other]);
         let name = |n: &str| LockName::parse(n.as_bytes()).expect("a lock name");
         let writer = subscribe(fd.as_fd()).expect("inotify available");
-        writer.concerns(Interest::only(name(ahead)));
+        writer.concerns(Interest::only(name(ahead)), None);
         let drainer = subscribe(fd.as_fd()).expect("inotify available");
-        drainer.concerns(Interest::READERS);
+        drainer.concerns(Interest::READERS, None);
         let reader = subscribe(fd.as_fd()).expect("inotify available");
-        reader.concerns(Interest::WRITERS);
+        reader.concerns(Interest::WRITERS, None);
         let fresh = subscribe(fd.as_fd()).expect("inotify available");
         fresh.forget();
         let short = Duration::from_millis(50);
@@ -867,7 +933,7 @@ mod tests {
         assert_eq!(reader.wait(long), Removed::OTHER);
         assert_eq!(drainer.wait(short), Removed::NOTHING);
 
-        writer.concerns(Interest::MASTER);
+        writer.concerns(Interest::MASTER, None);
         std::fs::remove_file(dir.path().join(".master_lock")).expect("remove");
         assert_eq!(writer.wait(long), Removed::MASTER);
         assert_eq!(reader.wait(long), Removed::MASTER);
@@ -883,7 +949,7 @@ mod tests {
         let (dir, fd) = dir_with(&[ahead, slave, ".master_lock"]);
         let name = |n: &str| LockName::parse(n.as_bytes()).expect("a lock name");
         let sub = subscribe(fd.as_fd()).expect("inotify available");
-        sub.concerns(Interest::only(name(ahead)));
+        sub.concerns(Interest::only(name(ahead)), None);
         std::fs::remove_file(dir.path().join(slave)).expect("remove");
         assert_eq!(sub.wait(Duration::from_millis(50)), Removed::NOTHING);
         assert!(
@@ -906,14 +972,14 @@ mod tests {
         assert!(start.elapsed() < Duration::from_secs(15));
         remover.join().expect("remover");
         // `.master_lock`, already gone when the wait starts.
-        sub.concerns(Interest::MASTER);
+        sub.concerns(Interest::MASTER, None);
         std::fs::remove_file(dir.path().join(".master_lock")).expect("remove");
         assert_eq!(sub.wait(Duration::from_secs(30)), Removed::MASTER);
         // A symlink at the name is not followed: its target's changes say nothing.
         let target = dir.path().join("target");
         std::fs::write(&target, b"x").expect("write");
         std::os::unix::fs::symlink(&target, dir.path().join(".master_lock")).expect("symlink");
-        sub.concerns(Interest::MASTER);
+        sub.concerns(Interest::MASTER, None);
         std::fs::remove_file(&target).expect("remove the target");
         assert_eq!(sub.wait(Duration::from_millis(50)), Removed::NOTHING);
     }
@@ -944,7 +1010,7 @@ mod tests {
                 touched_tx.send(()).expect("touched");
             })
         };
-        sub.concerns(Interest::MASTER);
+        sub.concerns(Interest::MASTER, None);
         started_tx.send(()).expect("start");
         assert_eq!(
             sub.wait(Duration::from_millis(600)),
@@ -962,7 +1028,7 @@ mod tests {
             std::thread::sleep(Duration::from_millis(100));
             std::fs::remove_file(path).expect("remove");
         });
-        sub.concerns(Interest::MASTER);
+        sub.concerns(Interest::MASTER, None);
         started_tx.send(()).expect("start");
         let start = Instant::now();
         assert_eq!(sub.wait(Duration::from_secs(30)), Removed::MASTER);

@@ -30,6 +30,8 @@ impl Deadline {
 pub(crate) struct Backoff {
     next: Duration,
     max: Duration,
+    /// A higher ceiling for the next step only ([`Backoff::stretch`]).
+    stretch: Option<Duration>,
     rng: u64,
 }
 
@@ -44,6 +46,7 @@ impl Backoff {
         Backoff {
             next: min,
             max: max.max(min),
+            stretch: None,
             rng: seed,
         }
     }
@@ -54,9 +57,18 @@ impl Backoff {
         self.max = self.max.max(max);
     }
 
+    /// Lets the next step, and the doubling after it, go up to `ceiling` rather than the
+    /// maximum: for a wait that events cover completely (see `Attempt::sleep`). The
+    /// step after that is back under the maximum.
+    pub(crate) fn stretch(&mut self, ceiling: Duration) {
+        self.stretch = Some(ceiling);
+    }
+
     /// The next pause: the current step scaled by a random factor in [0.5, 1.5), after
     /// which the step doubles up to the maximum.
     pub(crate) fn step(&mut self) -> Duration {
+        let cap = self.stretch.take().map_or(self.max, |c| c.max(self.max));
+        let next = self.next.min(cap);
         // xorshift64*: jitter only, no need for a cryptographic generator.
         self.rng ^= self.rng >> 12;
         self.rng ^= self.rng << 25;
@@ -64,8 +76,8 @@ impl Backoff {
         let r = self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11; // 53 bits
         let factor = 0.5 + (r as f64) / ((1u64 << 53) as f64);
         // Saturating: bounds near `Duration::MAX` must not overflow.
-        let d = Duration::try_from_secs_f64(self.next.as_secs_f64() * factor).unwrap_or(self.max);
-        self.next = self.next.saturating_mul(2).min(self.max);
+        let d = Duration::try_from_secs_f64(next.as_secs_f64() * factor).unwrap_or(cap);
+        self.next = next.saturating_mul(2).min(cap);
         d
     }
 
@@ -139,6 +151,22 @@ mod tests {
             (b.next, b.max),
             (Duration::from_secs(5), Duration::from_secs(10))
         );
+    }
+
+    #[test]
+    fn a_stretch_lasts_one_step() {
+        let mut b = Backoff::new(Duration::from_secs(1), Duration::from_secs(2));
+        b.step();
+        assert_eq!(b.next, Duration::from_secs(2));
+        for _ in 0..10 {
+            b.stretch(Duration::from_secs(30));
+            b.step();
+        }
+        assert_eq!(b.next, Duration::from_secs(30));
+        // Back under the maximum at once.
+        let d = b.step();
+        assert!(d < Duration::from_secs(3), "{d:?}");
+        assert_eq!(b.next, Duration::from_secs(2));
     }
 
     #[test]

@@ -972,3 +972,44 @@ fn an_uncontended_write_creates_no_pending_file() {
     );
     assert_only_token(dir.path());
 }
+
+/// A waiter whose wait events cover entirely (the one file it waits for, watched with
+/// inotify, and its owner's exit, a pidfd of a process of this host) does not list the
+/// directory when its pauses run out: it sleeps on (issue #14: 64 waiters must cost no
+/// CPU). With 1-10 ms pauses, a waiter that looked at each would list the directory a
+/// dozen times or more in 2 s; this one lists it at most while it settles.
+#[test]
+fn a_waiter_covered_by_events_does_not_poll() {
+    use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+    let dir = tempdir();
+    let lk = lock(dir.path());
+    let mut h = Child::spawn("H", dir.path());
+    h.ok("write");
+    let opts = Opts {
+        poll_ms: Some((1, 10)),
+        ..Opts::default()
+    };
+    let mut w = Child::spawn_with("W", dir.path(), &opts);
+    w.send("write");
+    wait_until("W is queued and asleep", dir.path(), || {
+        common::pending_pids(&lk) == [w.pid()] && common::tasks::all_threads_in(w.pid(), 'S')
+    });
+    // Every listing of the state directory raises `IN_ACCESS` on it.
+    let ino = Inotify::init(InitFlags::IN_NONBLOCK).expect("inotify");
+    ino.add_watch(&state(dir.path()), AddWatchFlags::IN_ACCESS)
+        .expect("watch");
+    std::thread::sleep(Duration::from_secs(2));
+    let mut listings = 0;
+    while let Ok(evs) = ino.read_events() {
+        listings += evs.len();
+    }
+    assert!(
+        listings <= 2,
+        "W listed the directory {listings} times in 2 s"
+    );
+    h.ok("release");
+    assert!(Child::token_of(&w.reply()) > 0);
+    w.ok("release");
+    h.finish();
+    w.finish();
+}

@@ -433,3 +433,85 @@ fn cleanup_all_keeps_the_highest_token() {
     fs::remove_file(st.join("notes.txt")).expect("rm");
     assert_only_token(dir.path());
 }
+
+/// A lock whose pauses are far longer than [`PROMPT`] from the first: any recovery
+/// within it came from an event, not from a poll.
+fn deaf_lock(dir: &Path) -> DirLock {
+    DirLock::builder(dir)
+        .poll_interval(Duration::from_secs(20), Duration::from_secs(20))
+        .build()
+        .expect("build lock")
+}
+
+/// Runs `acquire` on a thread of its own and returns once that thread sleeps in
+/// `ppoll` (the wait of an acquisition), with the channel its grant time comes on.
+fn asleep_waiting(
+    acquire: impl FnOnce() + Send + 'static,
+) -> (
+    std::thread::JoinHandle<()>,
+    std::sync::mpsc::Receiver<Instant>,
+) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+    let t = std::thread::spawn(move || {
+        tid_tx.send(nix::unistd::gettid().as_raw()).expect("send");
+        acquire();
+        tx.send(Instant::now()).expect("send");
+    });
+    let tid = tid_rx.recv().expect("tid");
+    let syscall = format!("/proc/self/task/{tid}/syscall");
+    let ppoll = format!("{} ", nix::libc::SYS_ppoll);
+    let deadline = Instant::now() + LONG;
+    while !fs::read_to_string(&syscall).is_ok_and(|s| s.starts_with(&ppoll)) {
+        assert!(Instant::now() < deadline, "the waiter never slept");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    (t, rx)
+}
+
+/// The death of the process a waiter waits for is an event (a pidfd of a process of this
+/// host and pid namespace), like the removal of its file: a waiter asleep behind a holder
+/// or behind a queued writer that is SIGKILLed goes on at once, although its pauses are
+/// 10-30 s long. (Before, it noticed only at its next poll.)
+#[test]
+fn a_waiter_is_woken_by_the_death_of_whom_it_waits_for() {
+    let dir = tempdir();
+    let lk = lock(dir.path());
+    let deaf = std::sync::Arc::new(deaf_lock(dir.path()));
+
+    // A writer, first in the queue, behind a holder that dies.
+    let mut h = Child::spawn("H", dir.path());
+    h.ok("write");
+    let d = std::sync::Arc::clone(&deaf);
+    let (waiter, granted) = asleep_waiting(move || drop(d.write().expect("write")));
+    let t = Instant::now();
+    h.kill();
+    let at = granted
+        .recv_timeout(PROMPT)
+        .expect("the writer goes on at once");
+    assert!(at - t < PROMPT, "took {:?}", at - t);
+    waiter.join().expect("join");
+
+    // A reader behind a queued writer that dies, while we hold: the reader removes the
+    // dead writer's queue file at once, then waits for us.
+    let holder = lk.write().expect("write");
+    let mut q = Child::spawn("Q", dir.path());
+    q.send("write");
+    wait_until("Q is queued", dir.path(), || {
+        common::pending_pids(&lk) == [q.pid()]
+    });
+    let d = std::sync::Arc::clone(&deaf);
+    let (reader, granted) = asleep_waiting(move || drop(d.read().expect("read")));
+    let t = Instant::now();
+    q.kill();
+    while !common::pending_pids(&lk).is_empty() {
+        assert!(t.elapsed() < PROMPT, "the dead writer's queue file stayed");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    drop(holder);
+    granted
+        .recv_timeout(PROMPT)
+        .expect("the reader goes in after our release");
+    reader.join().expect("join");
+    assert_only_token(dir.path());
+}

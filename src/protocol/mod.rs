@@ -19,7 +19,7 @@ use crate::names::LockName;
 use crate::notify::{self, Interest, Removed, Subscription};
 use crate::owned;
 use crate::status;
-use crate::sys::{self, Identity};
+use crate::sys::{self, ExitWatch, Identity};
 use crate::wait::{Backoff, Deadline};
 
 mod cleanup;
@@ -98,6 +98,11 @@ struct Attempt<'a> {
     /// Which removals can end the next pause ([`Attempt::sleep`]): set by the caller
     /// just before it, [`Interest::ALL`] otherwise.
     interest: Interest,
+    /// The owner of the one file the next pause waits for, if its exit is an event
+    /// ([`crate::judge::Judged::owner`]): set with `interest`.
+    owner: Option<ExitWatch>,
+    /// When the last [`Attempt::look`] began.
+    looked: Instant,
     /// Anonymous files made before sleeping, for the `put`s that follow a wake-up (see
     /// [`crate::fsops::Spare`]).
     spares: std::cell::RefCell<Vec<Spare>>,
@@ -128,6 +133,8 @@ impl<'a> Attempt<'a> {
             wake: None,
             subscribed: false,
             interest: Interest::ALL,
+            owner: None,
+            looked: Instant::now(),
             spares: std::cell::RefCell::new(Vec::new()),
             spares_wanted: match want {
                 // A token is made by renaming the last one, where that works.
@@ -186,10 +193,38 @@ impl<'a> Attempt<'a> {
             self.sd.rewind();
         }
         let interest = std::mem::replace(&mut self.interest, Interest::ALL);
+        let owner = self.owner.take();
         if let Some(w) = &self.wake {
-            w.concerns(interest);
+            w.concerns(interest, owner);
         }
-        self.backoff.sleep(self.deadline, renew, self.wake.as_ref())
+        let mut renew = renew;
+        loop {
+            let removed = self
+                .backoff
+                .sleep(self.deadline, renew, self.wake.as_ref())?;
+            // A pause that ran out while both the file waited for and its owner's exit
+            // were watched (`Subscription::covered`) saw nothing a look would judge: it
+            // sleeps on without one, and only every `COVERED_BACKSTOP` pauses' worth
+            // does it look anyway (a missed event must not wedge a waiter).
+            let covered =
+                !self.sd.is_remote() && self.wake.as_ref().is_some_and(Subscription::covered);
+            let backstop = self
+                .cfg
+                .max_poll
+                .saturating_mul(crate::config::COVERED_BACKSTOP);
+            if !removed.is_nothing() || !covered || self.looked.elapsed() >= backstop {
+                return Some(removed);
+            }
+            if self.cancelled() {
+                return None;
+            }
+            // The pauses may then grow past the usual backstop too.
+            self.backoff.stretch(backstop);
+            for own in keep {
+                own.keep_fresh(period);
+            }
+            renew = keep.iter().filter_map(|own| own.due(period)).min();
+        }
     }
 
     /// Subscribes to the state directory's changes, unless this attempt may not sleep
@@ -239,7 +274,8 @@ impl<'a> Attempt<'a> {
 
     /// Marks the start of a listing that decides whether to sleep: a wake-up then
     /// reports only removals that the listing may have missed.
-    fn look(&self) {
+    fn look(&mut self) {
+        self.looked = Instant::now();
         if let Some(w) = &self.wake {
             w.forget();
         }
@@ -331,19 +367,21 @@ pub(crate) fn read(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<Ow
             // youngest live one is what to wait for.
             let mut youngest = None;
             for p in &l.pending {
-                if at.judge.unlink_if_dead(p)?.is_live() {
-                    youngest = Some(*p);
+                let j = at.judge.unlink_if_dead(p)?;
+                if j.is_live() {
+                    youngest = Some((*p, j.owner()));
                 }
             }
             let queued = youngest.is_some();
             let mut master = false;
+            let mut master_owner = None;
             if l.master {
                 match at.judge.judge(&LockName::Master)? {
                     j if j.is_dead() => {
                         break_master(&mut at, &[])?;
                         continue;
                     }
-                    j => master = j.is_live(),
+                    j => (master, master_owner) = (j.is_live(), j.owner()),
                 }
             }
             if !queued && !master {
@@ -358,7 +396,10 @@ pub(crate) fn read(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<Ow
             // in (it made `.master_lock`, gave up or was judged dead); the holder's
             // release is for the queued writers to take. One file either way: the
             // kernel wakes only those who wait for it (`notify`'s own-instance watch).
-            at.interest = youngest.map_or(Interest::MASTER, Interest::only);
+            (at.interest, at.owner) = match youngest {
+                Some((name, owner)) => (Interest::only(name), owner),
+                None => (Interest::MASTER, master_owner),
+            };
             if at.pause(&[])?.has_master() && !queued {
                 break;
             }
@@ -613,10 +654,12 @@ fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<(Own, (u64, bool
         // younger and farther ones are left to the writers behind them and to readers,
         // so that a look reads one file, not every queued writer's.
         let mut predecessor: Option<LockName> = None;
+        let mut predecessor_owner = None;
         let mine = pending.name.order_key();
         for p in l.pending.iter().rev().filter(|p| p.order_key() < mine) {
-            if at.judge.unlink_if_dead(p)?.is_live() {
-                predecessor = Some(*p);
+            let j = at.judge.unlink_if_dead(p)?;
+            if j.is_live() {
+                (predecessor, predecessor_owner) = (Some(*p), j.owner());
                 break;
             }
         }
@@ -633,8 +676,13 @@ fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<(Own, (u64, bool
                 // (docs/protocol.md §10); looping on the listing would spin for that long. The
                 // exclusive `put` below stays the only gate.
                 Judged::Gone => {}
-                _ => {
+                j => {
                     at.interest = concern;
+                    at.owner = if older_live {
+                        predecessor_owner
+                    } else {
+                        j.owner()
+                    };
                     waited = true;
                     sd.set_writers_absent(false);
                     let removed = at.pause(&[&*pending])?;
@@ -654,6 +702,7 @@ fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<(Own, (u64, bool
         }
         if older_live {
             at.interest = concern;
+            at.owner = predecessor_owner;
             waited = true;
             sd.set_writers_absent(false);
             at.pause(&[&*pending])?;

@@ -1,5 +1,5 @@
 use std::fs;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 
 use nix::errno::Errno;
@@ -146,6 +146,36 @@ pub(crate) fn probe_pid(pid: u32, start: u64) -> Probe {
             // Unreadable /proc (hidepid): err on the side of "alive".
             _ => Probe::Alive,
         },
+    }
+}
+
+/// Whose death, besides a file's removal, can end a wait for that file: the process a
+/// judgement found alive by its pid ([`crate::liveness`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ExitWatch {
+    /// This very process, which cannot die while it waits.
+    Me,
+    /// A process of this host and pid namespace, by pid and start time.
+    Process { pid: u32, start: u64 },
+}
+
+/// A pidfd (`pidfd_open(2)`) for the process `pid` of this pid namespace, provided it is
+/// still the one started at `start` and has not exited: it becomes readable when that
+/// process exits. `None` where pidfds are missing (Linux before 5.3) or the process is
+/// gone.
+pub(crate) fn pidfd(pid: u32, start: u64) -> Option<OwnedFd> {
+    let raw = i32::try_from(pid).ok().filter(|&p| p > 0)?;
+    // SAFETY: `pidfd_open` takes a pid and flags by value and returns a new descriptor
+    // (close-on-exec) or -1; no memory is passed.
+    let fd = unsafe { nix::libc::syscall(nix::libc::SYS_pidfd_open, raw, 0) };
+    let fd = i32::try_from(Errno::result(fd).ok()?).ok()?;
+    // SAFETY: the kernel just made this descriptor for us, and nothing else owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // The pid may have been reused before the open, and the descriptor then refers to
+    // the new process: it must still be the recorded one after the open.
+    match proc_stat(pid) {
+        Some(st) if st.start == start && !st.exited() => Some(fd),
+        _ => None,
     }
 }
 
