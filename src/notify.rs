@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, ppoll};
-use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 use nix::sys::stat::fstat;
 use nix::sys::time::TimeSpec;
 use parking_lot::Mutex;
@@ -338,6 +338,10 @@ pub(crate) struct Subscription<'d> {
     /// Whether the last wait that ran out watched both the one file and its owner's
     /// exit ([`Subscription::covered`]).
     covered: AtomicBool,
+    /// The watch of such a wait on the thread's own instance, kept for the next wait
+    /// when no look comes between (see `Attempt::sleep`): the file, its inode when
+    /// watched, the watch. Dropped at the next look ([`Subscription::forget`]).
+    kept: Mutex<Option<(LockName, u64, WatchDescriptor)>>,
 }
 
 impl Subscription<'_> {
@@ -468,25 +472,36 @@ impl Subscription<'_> {
         gone: Removed,
         until: Option<Instant>,
     ) -> Option<Removed> {
-        let path = format!("{}/{name}", self.dir_link);
         let file = name.to_string();
-        // The inode watched, to tell a removal from a touch (see `wait_gone`).
-        let ino = match self.ino_of(&file) {
-            Ok(ino) => ino,
-            Err(Errno::ENOENT) => return Some(gone),
-            Err(_) => return None,
-        };
-        let wd = match inotify.add_watch(
-            path.as_str(),
-            AddWatchFlags::IN_ATTRIB
-                | AddWatchFlags::IN_DELETE_SELF
-                | AddWatchFlags::IN_MOVE_SELF
-                | AddWatchFlags::IN_DONT_FOLLOW,
-        ) {
-            Ok(wd) => wd,
-            // Gone since the listing.
-            Err(Errno::ENOENT) => return Some(gone),
-            Err(_) => return None,
+        let kept = self.kept.lock().take();
+        let (ino, wd) = match kept {
+            // The last wait ran out on this file with nothing seen, and no look came
+            // since: its watch still holds every event after that wait began.
+            Some((was, ino, wd)) if was == name => (ino, wd),
+            other => {
+                if let Some((_, _, wd)) = other {
+                    unwatch(inotify, wd);
+                }
+                let path = format!("{}/{name}", self.dir_link);
+                // The inode watched, to tell a removal from a touch (see `wait_gone`).
+                let ino = match self.ino_of(&file) {
+                    Ok(ino) => ino,
+                    Err(Errno::ENOENT) => return Some(gone),
+                    Err(_) => return None,
+                };
+                match inotify.add_watch(
+                    path.as_str(),
+                    AddWatchFlags::IN_ATTRIB
+                        | AddWatchFlags::IN_DELETE_SELF
+                        | AddWatchFlags::IN_MOVE_SELF
+                        | AddWatchFlags::IN_DONT_FOLLOW,
+                ) {
+                    Ok(wd) => (ino, wd),
+                    // Gone since the listing.
+                    Err(Errno::ENOENT) => return Some(gone),
+                    Err(_) => return None,
+                }
+            }
         };
         // The shared watch need not tell us anything meanwhile: it would only leave a
         // stale wake-up behind. A removal it saw before this point is in `changed`;
@@ -519,12 +534,25 @@ impl Subscription<'_> {
             Some(removed)
         };
         *self.interest.lock() = interest;
-        let _ = inotify.rm_watch(wd);
-        // Discard what is queued (the `IN_IGNORED` of the removal, and events of the
-        // wait), so that the next wait starts clean.
-        while inotify.read_events().is_ok_and(|e| !e.is_empty()) {}
+        if self.covered() {
+            // Likely to wait on the same file again without a look: keep the watch.
+            *self.kept.lock() = Some((name, ino, wd));
+        } else {
+            unwatch(inotify, wd);
+        }
         // A failed `ppoll`: let the caller look again.
         Some(result.unwrap_or(Removed::OTHER))
+    }
+
+    /// Removes the kept watch, if any (see `kept`).
+    fn drop_kept(&self) {
+        if let Some((_, _, wd)) = self.kept.lock().take() {
+            let _ = OWN.try_with(|own| {
+                if let Some(Some(inotify)) = own.get() {
+                    unwatch(inotify, wd);
+                }
+            });
+        }
     }
 
     /// Forgets what was removed so far: called just before a listing, so that the next
@@ -533,6 +561,7 @@ impl Subscription<'_> {
     /// the listing is read, or before the waiter says what concerns it, may be one the
     /// listing missed.
     pub(crate) fn forget(&self) {
+        self.drop_kept();
         *self.interest.lock() = Interest::ALL;
         self.changed.store(0, Ordering::SeqCst);
     }
@@ -661,8 +690,17 @@ fn wait_readable(
     }
 }
 
+/// Removes a watch of the thread's own instance and discards what is queued (the
+/// `IN_IGNORED` of a removal, and events of the wait), so that the next wait starts
+/// clean.
+fn unwatch(inotify: &Inotify, wd: WatchDescriptor) {
+    let _ = inotify.rm_watch(wd);
+    while inotify.read_events().is_ok_and(|e| !e.is_empty()) {}
+}
+
 impl Drop for Subscription<'_> {
     fn drop(&mut self) {
+        self.drop_kept();
         self.watcher.members.lock().retain(|m| m.id != self.id);
     }
 }
@@ -710,6 +748,7 @@ pub(crate) fn subscribe(dir: BorrowedFd<'_>) -> Option<Subscription<'_>> {
         owner: Mutex::new(None),
         pidfd: Mutex::new(None),
         covered: AtomicBool::new(false),
+        kept: Mutex::new(None),
     })
 }
 
