@@ -335,6 +335,9 @@ pub(crate) struct Subscription<'d> {
     /// A pidfd of the last owner waited for, kept while it stays the owner: a hand-off
     /// between queued writers then opens none.
     pidfd: Mutex<Option<(ExitWatch, OwnedFd)>>,
+    /// The owner of the last wait that had none open: a pidfd is opened only at the
+    /// second wait for the same owner (see `wait_on`).
+    met: Mutex<Option<ExitWatch>>,
     /// Whether the last wait that ran out watched both the one file and its owner's
     /// exit ([`Subscription::covered`]).
     covered: AtomicBool,
@@ -393,6 +396,9 @@ impl Subscription<'_> {
             .map(|st| st.st_ino)
     }
 }
+
+/// How long the first wait for a new owner lasts at most (see `wait_on`).
+const FIRST_WAIT: Duration = Duration::from_millis(10);
 
 thread_local! {
     /// The calling thread's own instance, for its waits on one file; made at the first,
@@ -511,13 +517,29 @@ impl Subscription<'_> {
         let result = if removed.is_nothing() {
             let owner = *self.owner.lock();
             let mut pidfd = self.pidfd.lock();
+            let mut until = until;
             let covered = match owner {
                 Some(ExitWatch::Me) => true,
+                Some(o) if pidfd.as_ref().is_some_and(|(had, _)| *had == o) => true,
+                // A pidfd costs an open and a read of `/proc/PID/stat`: made at the
+                // first wait for a new owner, it would be paid by all 63 readers of a
+                // herd at the very moment a writer hands the lock on, and most waits
+                // end in milliseconds. So the first wait for an owner is short and
+                // watches only the file; the next one opens the pidfd.
                 Some(o @ ExitWatch::Process { pid, start }) => {
-                    if pidfd.as_ref().is_none_or(|(had, _)| *had != o) {
+                    let mut met = self.met.lock();
+                    if *met == Some(o) {
                         *pidfd = sys::pidfd(pid, start).map(|fd| (o, fd));
+                        pidfd.is_some()
+                    } else {
+                        *met = Some(o);
+                        let soon = Instant::now().checked_add(FIRST_WAIT);
+                        until = match (until, soon) {
+                            (Some(u), Some(s)) => Some(u.min(s)),
+                            (u, s) => u.or(s),
+                        };
+                        false
                     }
-                    pidfd.is_some()
                 }
                 None => false,
             };
@@ -748,6 +770,7 @@ pub(crate) fn subscribe(dir: BorrowedFd<'_>) -> Option<Subscription<'_>> {
         owner: Mutex::new(None),
         pidfd: Mutex::new(None),
         covered: AtomicBool::new(false),
+        met: Mutex::new(None),
         kept: Mutex::new(None),
     })
 }
