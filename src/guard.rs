@@ -50,7 +50,7 @@ impl Held {
             _ => Kind::Read,
         };
         let lost = Arc::new(AtomicBool::new(false));
-        let mark = owned::Mark::new(&sd, kind, own.name, Arc::clone(&lost));
+        let mark = owned::Mark::new(&sd, kind, own.name, Arc::clone(&lost), own.pid);
         let held = Arc::new(Held {
             sd,
             cfg,
@@ -108,7 +108,12 @@ impl Held {
 
     /// Releases the file (R5 / W8). Idempotent; a no-op in a forked child.
     pub(crate) fn release(&self) -> Result<()> {
-        if std::process::id() != self.owner_pid || self.released.swap(true, Ordering::AcqRel) {
+        // `released` first: a guard's drop calls this again after an explicit release,
+        // and the pid check is a system call.
+        if self.released.load(Ordering::Acquire)
+            || std::process::id() != self.owner_pid
+            || self.released.swap(true, Ordering::AcqRel)
+        {
             return Ok(());
         }
         self.mark.forget();

@@ -50,14 +50,23 @@ pub(crate) struct Mark {
     id: u64,
     /// The process that made it: a forked child leaves the records alone.
     pid: u32,
+    /// Whether [`Mark::forget`] removed the record already.
+    forgotten: AtomicBool,
 }
 
 impl Mark {
     /// Records that the calling thread now holds `kind` (read or write) in the state
     /// directory `sd`, through the lock file `name`; `lost` is set once it is lost.
-    pub(crate) fn new(sd: &StateDir, kind: Kind, name: LockName, lost: Arc<AtomicBool>) -> Mark {
+    /// `pid` is the calling process's (the one in the file's record: an acquisition runs
+    /// on one thread, whose process cannot change).
+    pub(crate) fn new(
+        sd: &StateDir,
+        kind: Kind,
+        name: LockName,
+        lost: Arc<AtomicBool>,
+        pid: u32,
+    ) -> Mark {
         let id = NEXT.fetch_add(1, Ordering::Relaxed);
-        let pid = std::process::id();
         RECORDS.lock().push(Record {
             id,
             dir: sd.id(),
@@ -68,7 +77,11 @@ impl Mark {
             path: sd.path_of(&name),
             lost,
         });
-        Mark { id, pid }
+        Mark {
+            id,
+            pid,
+            forgotten: AtomicBool::new(false),
+        }
     }
 
     /// Removes the record: the guard was released. Idempotent. Does nothing in a forked
@@ -76,9 +89,10 @@ impl Mark {
     /// fork, and the child's copy of that lock would then never be released (the
     /// child's copies of the records do not count anyway).
     pub(crate) fn forget(&self) {
-        if std::process::id() != self.pid {
+        if self.forgotten.load(Ordering::Relaxed) || std::process::id() != self.pid {
             return;
         }
+        self.forgotten.store(true, Ordering::Relaxed);
         RECORDS.lock().retain(|r| r.id != self.id);
     }
 }
@@ -113,16 +127,21 @@ pub(crate) fn mine_waited_for(sd: &StateDir) -> Option<Mine> {
 }
 
 fn find(sd: &StateDir, blocks: impl Fn(Kind) -> bool) -> Option<Mine> {
+    let records = RECORDS.lock();
+    // Nothing held in this process (the common case): no need to ask who we are.
+    if records.is_empty() {
+        return None;
+    }
     let thread = std::thread::current().id();
     let pid = std::process::id();
     let dir = sd.id();
-    let candidates: Vec<(Kind, LockName, PathBuf)> = RECORDS
-        .lock()
+    let candidates: Vec<(Kind, LockName, PathBuf)> = records
         .iter()
         .filter(|r| r.dir == dir && r.thread == thread && r.pid == pid && blocks(r.kind))
         .filter(|r| !r.lost.load(Ordering::Relaxed))
         .map(|r| (r.kind, r.name, r.path.clone()))
         .collect();
+    drop(records);
     // A write guard first: it is the one that explains the wait. A guard whose file is
     // gone (removed by a `cleanup --all`, say) was lost without noticing yet.
     let mut mine: Vec<_> = candidates
