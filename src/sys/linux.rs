@@ -231,6 +231,16 @@ const SMB2_MAGIC_NUMBER: i64 = 0xfe53_4d42;
 const CEPH_SUPER_MAGIC: i64 = 0x00c3_6400;
 const V9FS_MAGIC: i64 = 0x0102_1997;
 const GFS2_MAGIC: i64 = 0x0116_1970;
+/// Cluster filesystems with kernel clients of their own, outside the kernel tree: their
+/// magic numbers as their clients define them (Lustre `LL_SUPER_MAGIC`, IBM Storage
+/// Scale/GPFS, BeeGFS, PanFS) or as `magic.h` does (OrangeFS). Counting one of them
+/// as local would take listings and inotify as complete there, which they are not for
+/// other hosts' changes.
+const LUSTRE_MAGIC: i64 = 0x0bd0_0bd0;
+const GPFS_MAGIC: i64 = 0x4750_4653;
+const BEEGFS_MAGIC: i64 = 0x1983_0326;
+const ORANGEFS_MAGIC: i64 = 0x2003_0528;
+const PANFS_MAGIC: i64 = 0xaad7_aaea;
 
 /// Classifies the filesystem holding `fd` by its `statfs` magic number.
 pub(crate) fn fs_kind(fd: impl AsFd) -> FsKind {
@@ -257,9 +267,8 @@ pub(crate) fn fs_kind(fd: impl AsFd) -> FsKind {
     #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
     let magic = i64::from(st.filesystem_type().0 as i64) & 0xffff_ffff;
     match magic {
-        CIFS_MAGIC_NUMBER | SMB2_MAGIC_NUMBER | CEPH_SUPER_MAGIC | V9FS_MAGIC | GFS2_MAGIC => {
-            FsKind::Remote
-        }
+        CIFS_MAGIC_NUMBER | SMB2_MAGIC_NUMBER | CEPH_SUPER_MAGIC | V9FS_MAGIC | GFS2_MAGIC
+        | LUSTRE_MAGIC | GPFS_MAGIC | BEEGFS_MAGIC | ORANGEFS_MAGIC | PANFS_MAGIC => FsKind::Remote,
         _ => FsKind::Local,
     }
 }
