@@ -229,6 +229,9 @@ struct Holding {
     stdin: Option<ChildStdin>,
     line: String,
     lines: mpsc::Receiver<String>,
+    /// For the command: the locked directory, whose files `kill` waits to see judged
+    /// dead (the job's reaper outlives rwdir by a moment, and keeps the lock meanwhile).
+    dir: Option<PathBuf>,
 }
 
 impl Holding {
@@ -245,6 +248,7 @@ impl Holding {
             stdin,
             line,
             lines: common::run::lines(stdout),
+            dir: None,
         };
         h.wait_for("held");
         h
@@ -283,6 +287,24 @@ impl Holding {
         .expect("kill");
         let st = self.wait();
         assert!(st.code().is_none(), "{}: killed: {st:?}", self.line);
+        // What a user sees before running `cleanup`: rwdir is gone; its reaper stops the
+        // job and exits a moment later, and only then is the holder dead.
+        if let Some(dir) = &self.dir {
+            let pid = self.pid();
+            let lock = DirLock::new(dir).expect("lock");
+            let start = Instant::now();
+            let lingers = || {
+                let st = lock.status().expect("status");
+                let mut all = st.writer.iter().chain(&st.pending).chain(&st.readers);
+                all.any(|e| {
+                    e.holder.as_ref().is_some_and(|h| h.pid == pid) && !e.liveness.is_dead()
+                })
+            };
+            while lingers() {
+                assert!(start.elapsed() < LONG, "{}: its job lingers", self.line);
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
     }
 
     fn wait(&mut self) -> ExitStatus {
@@ -311,7 +333,9 @@ fn hold_cmd(team: &Team, user: &User, umask: &str, mode: &str, dir: &Path) -> Ho
     c.args(["--lease", "1", mode])
         .arg(dir)
         .args(["sh", "-c", "echo held; exec cat >/dev/null"]);
-    Holding::start(c, format!("[{}] rwdir {mode} DIR", user.name))
+    let mut h = Holding::start(c, format!("[{}] rwdir {mode} DIR", user.name));
+    h.dir = Some(dir.to_path_buf());
+    h
 }
 
 /// The library, in this binary's `hold` role, as `user`: takes a `mode` lock on `dir`
