@@ -193,6 +193,9 @@ def build(a):
         w(f"/* variants: v1={a.v1} v2={int(a.v2)} tokens={a.tokens} v3={int(a.v3)} */")
     if a.v5:
         w("/* V5: a writer's W2 removes only the dead pending files between its own and the nearest live older one */")
+    if a.v7 != "off":
+        w(f"/* V7: a reader whose last R3 found no .master_lock and no pending file skips R1 "
+          f"(v7={a.v7} probe={a.v7_probe}) */")
     if a.v6:
         w(f"/* V6: a writer that finds no .master_lock and no pending file creates .master_lock directly "
           f"(probe={a.v6_probe} mutant={a.v6_mutant}) */")
@@ -368,6 +371,8 @@ inline qremove(o) {{
             s.append("  tomb = 0;")
         if fixed and reader and a.v1 in ("wake", "armed"):
             s.append("  v1 = 0;")
+        if fixed and reader and a.v7 != "off":
+            s.append("  v7 = 0;")
         if fixed and not reader and a.v2:
             s.append("  v2 = 0;")
         if fixed and not reader and a.tokens:
@@ -381,6 +386,8 @@ inline qremove(o) {{
         l = []
         if fixed and reader is True and a.v1 in ("wake", "armed"):
             l.append("bit v1;")
+        if fixed and reader is True and a.v7 != "off":
+            l.append("bit v7;")
         if fixed and reader is False and a.v2:
             l.append("bit v2;")
         if fixed and reader is False and a.tokens:
@@ -673,6 +680,7 @@ inline qremove(o) {{
         SO = f"S[{idx(me, NW)}]"
         enter = (f"d_step {{ {{cond}} -> " + ("assert(nwcs == 0); " if a.mutex and not a.ww_only else "")
                  + (f"assert(owe[{r}] == 0); " if a.prio else "")
+                 + ("v7 = 1; " if fixed and a.v7 != "off" else "")
                  + f"nrcs++; st[{me}] = CS; " + P(me, "{msg}: ENTER (read)") + " }")
         SST = f"stS[{idx(me, NW)}]"
         release = (f"d_step {{ {leaves[me] + ' -> ' if me in leaves else ''}nrcs--; st[{me}] = IDLE; {SO} = 0; nS--; {clr(SST)}" + (f"hb[{me}] = 0; " if HB else "")
@@ -703,6 +711,11 @@ inline qremove(o) {{
                       + P(me, "woken (any reason); V1 skips R1's listing") + " }; break")
             elif a.v1 == "loose":
                 w(f"    :: d_step {{ true -> " + P(me, "V1 (loose): skip R1 entirely") + " }; break")
+            if a.v7 == "on":
+                w(f"    :: d_step {{ v7 -> " + ("assert(0); " if a.v7_probe == "skip" else "")
+                  + P(me, "V7: skip R1 (this reader's last R3 found no .master_lock and no pending file)") + " }; break")
+            elif a.v7 == "mutant":
+                w(f"    :: d_step {{ true -> " + P(me, "V7 mutant: skip R1 whatever the last R3 found") + " }; break")
             if brk != "none":
                 w(f"    :: {dead_master_guard(me)};")
                 w(break_master(me, "Rb"))
@@ -730,7 +743,8 @@ inline qremove(o) {{
                 w("       fi")
                 w(f"    :: d_step {{ !({first[0]}) -> skip }}")
                 w("    fi;")
-            w(f"    d_step {{ {SO} = 0; nS--; {clr(SST)}" + P(me, "back off: unlink own .slave_lock") + " };")
+            w(f"    d_step {{ {SO} = 0; nS--; {clr(SST)}" + ("v7 = 0; " if a.v7 != "off" else "")
+              + P(me, "back off: unlink own .slave_lock") + " };")
             w("    goto Rwait")
         else:
             nomo = " && ".join(f"!MO[{k}]" for k in range(NW * NINC)) or "1"
@@ -920,6 +934,13 @@ def main():
     ap.add_argument("--v6-mutant", choices=["off", "nolook"], default="off",
                     help="sanity mutation of V6: nolook = the fast path does not look for pending files "
                          "(FIFO must fail)")
+    ap.add_argument("--v7", choices=["off", "on", "mutant"], default="off",
+                    help="variant V7 (reader fast path): a reader whose last R3 listing found no .master_lock and no "
+                         "pending file (it entered) skips R1 in its next attempt and announces at once; R3 decides as "
+                         "before, and a failed R3 clears the hint (back to R1). mutant: a reader may skip R1 whatever "
+                         "its last R3 found (the same as --v1 loose)")
+    ap.add_argument("--v7-probe", choices=["off", "skip"], default="off",
+                    help="reachability probe for --v7: assert(0) where a reader skips R1")
     ap.add_argument("--tokens", type=int, default=0, metavar="K",
                     help="model the fencing token (§3.7) with token numbers 1..K; a writer that finds .token-K "
                          "releases and stops for good (bounds the number of write grants)")
@@ -957,6 +978,10 @@ def main():
         ap.error("--v5-probe needs --v5")
     if (a.v6_probe != "off" or a.v6_mutant != "off") and not a.v6:
         ap.error("--v6-probe/--v6-mutant need --v6")
+    if a.v7_probe != "off" and a.v7 != "on":
+        ap.error("--v7-probe needs --v7 on")
+    if a.v7 != "off" and a.proto != "fixed":
+        ap.error("--v7 needs --proto fixed")
     if a.v6 and a.proto != "fixed":
         ap.error("--v6 needs --proto fixed")
     if a.v5 and a.proto != "fixed":

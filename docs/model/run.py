@@ -218,6 +218,26 @@ CONFIGS += [
     ("V6m", "V6 mutant: the fast path does not look for pending files: a queued writer is overtaken (2W+1R)",
      "--nw 2 --nr 1 --crash 0 --fifo --v6 --v6-mutant nolook", "bfs", "FAIL", "q"),
 ]
+# V7 (the reader fast path: a reader whose last R3 found the directory free skips R1 in
+# its next attempt), alone on the F and L bases and with every other shortcut (V125678 =
+# V1+V2+V5+V6+V7). The implementation takes it only where a listing is one snapshot
+# (local filesystems, one getdents64 call): F6, where R3 reads .master_lock before the
+# pending files, must fail as V1loose does.
+for _b in [f"F{i}" for i in range(1, 9)] + [f"L{i}" for i in range(1, 5)] + ["MF1", "MF7", "ML1"]:
+    _c = _BASE[_b]
+    _t = "q" if _b in ("F1", "F3", "F6", "F7", "F8", "L2", "L4") else "a" if _b in ("F2", "F4", "F5") else "f"
+    CONFIGS.append((f"{_b}-V7", f"{_c[1]}; shortcut V7", f"{_c[2]} --v7 on", _c[3],
+                    "FAIL" if _b == "F6" else "PASS", _t))
+for _b in ["F1", "F3", "F7", "F8", "L1", "L2", "L4"]:
+    _c = _BASE[_b]
+    CONFIGS.append((f"{_b}-V12567", f"{_c[1]}; shortcuts V1+V2+V5+V6+V7",
+                    f"{_c[2]} --v1 wake --v2 --v5 --v6 --v7 on", _c[3], "PASS", "f"))
+CONFIGS += [
+    ("V7p", "V7 probe: a reader skips R1 (reachable: must FAIL)",
+     "--nw 1 --nr 1 --crash 0 --v7 on --v7-probe skip", "bfs", "FAIL", "q"),
+    ("L1-V7m", "V7 mutant: a reader skips R1 whatever its last R3 found: a draining writer starves (L1)",
+     "--nw 2 --nr 2 --crash 1 --v7 mutant", "ltl:wlive", "FAIL", "q"),
+]
 _TL = "--nr 0 --crash 0 --lease --no-prio --no-mutex --no-victim --no-own-entry --no-own-unlink --tokens 4 --tok-lost"
 CONFIGS += [
     ("F6-V1loose", "V1 loosened: a reader may skip R1 at any time (F6: readdir not atomic)",

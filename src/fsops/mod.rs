@@ -65,6 +65,16 @@ pub(crate) struct StateDir {
     /// of writers (no `.master_lock`, no queued writer ahead of it). Only then does the
     /// next one try the fast path (V6 in docs/protocol-notes.md) before queueing.
     writers_absent: AtomicBool,
+    /// The readers' hint (V7 in docs/protocol-notes.md): whether the last read
+    /// acquisition through this handle found the directory free at its decisive listing
+    /// (R3). Only then does the next one announce itself without R1's listing.
+    readers_free: AtomicBool,
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Listings made by this thread ([`StateDir::list`]), for tests that count them.
+    pub(crate) static LISTINGS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// The lock files found by one `readdir`, by kind. Foreign names are left out.
@@ -89,6 +99,9 @@ pub struct Listing {
     /// Whether the directory entry of the highest token said "regular file" (`DT_REG`):
     /// only such a token is renamed to the next number (see `allocate_token`).
     pub(crate) top_token_regular: bool,
+    /// Whether the names are one snapshot of the directory: a local filesystem, and one
+    /// `getdents64` call returned them all (see `DirReader::for_each`).
+    pub(crate) snapshot: bool,
 }
 
 #[cfg_attr(not(feature = "fuzzing"), allow(unreachable_pub))]
@@ -211,6 +224,7 @@ impl StateDir {
                         empty_path: AtomicBool::new(true),
                         stream: parking_lot::Mutex::new(None),
                         writers_absent: AtomicBool::new(true),
+                        readers_free: AtomicBool::new(false),
                     }));
                 }
                 Err(Errno::ENOENT) if create => {
@@ -301,6 +315,8 @@ impl StateDir {
 
     /// One `readdir` of the state directory.
     pub(crate) fn list(&self) -> Result<Listing> {
+        #[cfg(test)]
+        LISTINGS.with(|n| n.set(n.get() + 1));
         let open = || {
             openat(
                 &self.fd,
@@ -314,7 +330,7 @@ impl StateDir {
         let mut names = Vec::new();
         // The highest token seen so far, and whether its entry is a regular file.
         let mut top: Option<(u64, bool)> = None;
-        let mut collect = |dir: &mut DirReader| -> Result<()> {
+        let mut collect = |dir: &mut DirReader| -> Result<usize> {
             dir.for_each(|name, d_type| {
                 if let Some(name) = LockName::parse(name) {
                     if let LockName::Token(n) = name
@@ -335,20 +351,24 @@ impl StateDir {
         } else {
             self.stream.try_lock()
         };
-        if let Some(mut stream) = shared {
+        let batches = if let Some(mut stream) = shared {
             let dir = match stream.as_mut() {
                 Some(dir) => dir,
                 None => stream.insert(open()?),
             };
-            if let Err(e) = collect(dir) {
-                *stream = None;
-                return Err(e);
+            match collect(dir) {
+                Ok(batches) => batches,
+                Err(e) => {
+                    *stream = None;
+                    return Err(e);
+                }
             }
         } else {
-            collect(&mut open()?)?;
-        }
+            collect(&mut open()?)?
+        };
         let mut l = Listing::from_names(names);
         l.top_token_regular = top.is_some_and(|(_, regular)| regular);
+        l.snapshot = batches <= 1 && !self.is_remote();
         Ok(l)
     }
 
@@ -391,6 +411,17 @@ impl StateDir {
     /// Records what a write acquisition found (see [`StateDir::writers_were_absent`]).
     pub(crate) fn set_writers_absent(&self, absent: bool) {
         self.writers_absent.store(absent, Ordering::Relaxed);
+    }
+
+    /// The hint of [`StateDir::readers_free`](StateDir): whether the last read
+    /// acquisition here found the directory free at R3.
+    pub(crate) fn readers_were_free(&self) -> bool {
+        self.readers_free.load(Ordering::Relaxed)
+    }
+
+    /// Records what a read acquisition's R3 found (see [`StateDir::readers_were_free`]).
+    pub(crate) fn set_readers_free(&self, free: bool) {
+        self.readers_free.store(free, Ordering::Relaxed);
     }
 
     /// Whether [`StateDir::rename_token`] may work here.

@@ -375,51 +375,15 @@ pub(crate) fn now_ns() -> u64 {
 /// Read-acquire, R1–R3.
 pub(crate) fn read(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<Own> {
     let mut at = Attempt::new(sd, cfg, deadline, Kind::Read);
+    // V7 (docs/protocol-notes.md): the last read through this handle found the directory
+    // free at R3, so this one announces at once, without R1's listing. R3 still decides,
+    // from a listing that must then be one snapshot, and a failed R3 goes back to R1.
+    let mut fast = sd.readers_were_free() && !sd.is_remote();
     loop {
+        let skipped = std::mem::take(&mut fast);
         // R1: look before announcing (liveness and writer priority only).
-        loop {
-            at.look();
-            let l = sd.list()?;
-            // Every pending file judged (the dead ones removed, which V5 counts on); the
-            // youngest live one is what to wait for.
-            let mut youngest = None;
-            for p in &l.pending {
-                let j = at.judge.unlink_if_dead(p)?;
-                if j.is_live() {
-                    youngest = Some((*p, j.owner()));
-                }
-            }
-            let queued = youngest.is_some();
-            let mut master = false;
-            let mut master_owner = None;
-            if l.master {
-                match at.judge.judge(&LockName::Master)? {
-                    j if j.is_dead() => {
-                        break_master(&mut at, &[])?;
-                        continue;
-                    }
-                    j => (master, master_owner) = (j.is_live(), j.owner()),
-                }
-            }
-            if !queued && !master {
-                break;
-            }
-            at.not_waiting_for_myself()?;
-            // Only a writer's `.master_lock` was in our way, and the wake-up says it went
-            // away: announce at once. R1 only keeps readers from announcing while a writer
-            // waits; R3 alone decides. Should a writer have queued meanwhile (creations
-            // are not watched), R3 sees it and we withdraw.
-            // Behind queued writers, only the youngest one's leaving the queue can let us
-            // in (it made `.master_lock`, gave up or was judged dead); the holder's
-            // release is for the queued writers to take. One file either way: the
-            // kernel wakes only those who wait for it (`notify`'s own-instance watch).
-            (at.interest, at.owner) = match youngest {
-                Some((name, owner)) => (Interest::only(name), owner),
-                None => (Interest::MASTER, master_owner),
-            };
-            if at.pause(&[])?.has_master() && !queued {
-                break;
-            }
+        if !skipped {
+            look_before_announcing(&mut at)?;
         }
         // R2: announce.
         let Some(own) = at.put(
@@ -439,10 +403,18 @@ pub(crate) fn read(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<Ow
                 return Err(e);
             }
         };
-        if !l.master && l.pending.is_empty() {
+        let free = !l.master && l.pending.is_empty();
+        // Only a snapshot arms the hint: where listings take several calls (a big state
+        // directory), a hinted read would announce and withdraw every time.
+        sd.set_readers_free(free && l.snapshot);
+        if free && (!skipped || l.snapshot) {
             return Ok(own);
         }
         sd.unlink(&own.close())?;
+        if skipped {
+            // Back to R1, which decides whether to wait, and for whom.
+            continue;
+        }
         at.not_waiting_for_myself()?;
         at.interest = if l.pending.is_empty() {
             Interest::MASTER
@@ -450,6 +422,54 @@ pub(crate) fn read(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<Ow
             Interest::WRITERS
         };
         at.pause(&[])?;
+    }
+}
+
+/// R1: lists (and judges) until no writer holds or waits, sleeping in between.
+fn look_before_announcing(at: &mut Attempt<'_>) -> Result<()> {
+    loop {
+        at.look();
+        let l = at.sd.list()?;
+        // Every pending file judged (the dead ones removed, which V5 counts on); the
+        // youngest live one is what to wait for.
+        let mut youngest = None;
+        for p in &l.pending {
+            let j = at.judge.unlink_if_dead(p)?;
+            if j.is_live() {
+                youngest = Some((*p, j.owner()));
+            }
+        }
+        let queued = youngest.is_some();
+        let mut master = false;
+        let mut master_owner = None;
+        if l.master {
+            match at.judge.judge(&LockName::Master)? {
+                j if j.is_dead() => {
+                    break_master(at, &[])?;
+                    continue;
+                }
+                j => (master, master_owner) = (j.is_live(), j.owner()),
+            }
+        }
+        if !queued && !master {
+            return Ok(());
+        }
+        at.not_waiting_for_myself()?;
+        // Only a writer's `.master_lock` was in our way, and the wake-up says it went
+        // away: announce at once. R1 only keeps readers from announcing while a writer
+        // waits; R3 alone decides. Should a writer have queued meanwhile (creations
+        // are not watched), R3 sees it and we withdraw.
+        // Behind queued writers, only the youngest one's leaving the queue can let us
+        // in (it made `.master_lock`, gave up or was judged dead); the holder's
+        // release is for the queued writers to take. One file either way: the
+        // kernel wakes only those who wait for it (`notify`'s own-instance watch).
+        (at.interest, at.owner) = match youngest {
+            Some((name, owner)) => (Interest::only(name), owner),
+            None => (Interest::MASTER, master_owner),
+        };
+        if at.pause(&[])?.has_master() && !queued {
+            return Ok(());
+        }
     }
 }
 
@@ -880,6 +900,88 @@ mod tests {
             cancel: None,
             heartbeat: true,
         }
+    }
+
+    /// The listings this thread makes while `f` runs.
+    fn listings<T>(f: impl FnOnce() -> T) -> (T, usize) {
+        use crate::fsops::LISTINGS;
+        let before = LISTINGS.with(std::cell::Cell::get);
+        let t = f();
+        (t, LISTINGS.with(std::cell::Cell::get) - before)
+    }
+
+    /// V7 (docs/protocol-notes.md): a read through a handle whose last read found the
+    /// directory free announces itself at once and lists the directory once (R3), not
+    /// twice (R1, R3). A writer in the way still keeps it out: its R3 sees the writer, it
+    /// withdraws its marker and looks again from R1, and the hint is gone until a read
+    /// finds the directory free again.
+    #[test]
+    fn a_read_after_a_free_read_lists_once() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cfg = config(dir.path());
+        let sd = open_state(&cfg, true).expect("open").expect("state dir");
+        let read_once = || read(&sd, &cfg, Deadline::Once);
+        let release = |own: Own| sd.unlink(&own.close()).expect("release");
+        let (own, n) = listings(read_once);
+        release(own.expect("first read"));
+        assert_eq!(n, 2, "R1 and R3 without the hint");
+        let (own, n) = listings(read_once);
+        release(own.expect("read"));
+        assert_eq!(n, 1, "R3 alone with the hint");
+
+        // A writer holds (a `.master_lock` of ours counts as held by a live owner).
+        let at = Attempt::new(&sd, &cfg, Deadline::Once, Kind::Write);
+        let master = at
+            .put(LockName::Master, Kind::Write)
+            .expect("put")
+            .expect("master");
+        let (r, hinted) = listings(read_once);
+        assert!(matches!(r, Err(Error::WouldBlock { .. })), "{r:?}");
+        assert!(
+            sd.list().expect("list").slaves.is_empty(),
+            "the marker was withdrawn"
+        );
+        let (r, plain) = listings(read_once);
+        assert!(matches!(r, Err(Error::WouldBlock { .. })), "{r:?}");
+        assert_eq!(
+            hinted,
+            plain + 1,
+            "the hinted read: R3, then the plain read's looks"
+        );
+        sd.unlink(&master.close()).expect("unlink master");
+        let (own, n) = listings(read_once);
+        release(own.expect("read"));
+        assert_eq!(n, 2, "R1 and R3 after a refused read");
+    }
+
+    /// V7 needs R3's listing to be one snapshot (one `getdents64` call): with a state
+    /// directory too big for one call, a hinted read withdraws after R3, looks again from
+    /// R1, and gets in.
+    #[test]
+    fn a_hinted_read_of_a_big_state_directory_looks_again() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cfg = config(dir.path());
+        let sd = open_state(&cfg, true).expect("open").expect("state dir");
+        let own = read(&sd, &cfg, Deadline::Once).expect("first read");
+        sd.unlink(&own.close()).expect("release");
+        let state = dir.path().join(".rwdir");
+        for i in 0..2000 {
+            // Foreign names: ignored by the protocol, but the listing takes several calls.
+            std::fs::write(
+                state.join(format!("foreign-file-with-a-long-name-{i:05}")),
+                b"",
+            )
+            .expect("plant");
+        }
+        assert!(!sd.list().expect("list").snapshot);
+        let (own, n) = listings(|| read(&sd, &cfg, Deadline::Once));
+        sd.unlink(&own.expect("read").close()).expect("release");
+        assert_eq!(n, 3, "R3 (not one snapshot), then R1 and R3");
+        assert!(sd.list().expect("list").slaves.is_empty());
+        // Such an R3 does not arm the hint: the next read looks first, and announces once.
+        let (own, n) = listings(|| read(&sd, &cfg, Deadline::Once));
+        sd.unlink(&own.expect("read").close()).expect("release");
+        assert_eq!(n, 2, "R1 and R3");
     }
 
     /// Grants that completed between W2's listing and our `.master_lock` make the hint

@@ -381,11 +381,15 @@ impl DirReader {
 
     /// Calls `each` with every name in the directory (`.` and `..` included) and its
     /// `d_type` (`DT_REG`, `DT_DIR`, ...; `DT_UNKNOWN` where the filesystem does not
-    /// say), reading until `getdents64` says the end is reached.
-    pub(crate) fn for_each(&mut self, mut each: impl FnMut(&[u8], u8)) -> nix::Result<()> {
+    /// say), reading until `getdents64` says the end is reached. Returns how many calls
+    /// returned entries: with one, the names are one snapshot of the directory on a
+    /// local filesystem, whose `getdents64` holds the directory's lock against creations
+    /// and removals for the whole call.
+    pub(crate) fn for_each(&mut self, mut each: impl FnMut(&[u8], u8)) -> nix::Result<usize> {
         use std::os::fd::AsRawFd as _;
         self.rewind()?;
         self.at_start = false;
+        let mut batches = 0;
         loop {
             // SAFETY: the kernel writes at most `buf.len()` bytes into `buf`, which we
             // own exclusively (`&mut self`) for the duration of the call.
@@ -399,8 +403,9 @@ impl DirReader {
             };
             let n = usize::try_from(Errno::result(n)?).map_err(|_| Errno::EIO)?;
             if n == 0 {
-                return Ok(());
+                return Ok(batches);
             }
+            batches += 1;
             let mut data = self.buf.get(..n).ok_or(Errno::EIO)?;
             // struct linux_dirent64: u64 d_ino, i64 d_off, u16 d_reclen, u8 d_type, then
             // the name, NUL-terminated, padded to d_reclen.
