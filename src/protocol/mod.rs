@@ -213,8 +213,9 @@ impl<'a> Attempt<'a> {
             self.pauses = self.pauses.saturating_add(1);
             // A pause that ran out while both the file waited for and its owner's exit
             // were watched (`Subscription::covered`) saw nothing a look would judge: it
-            // sleeps on without one, and only every `COVERED_BACKSTOP` pauses' worth
-            // does it look anyway (a missed event must not wedge a waiter). An
+            // sleeps on without one, and looks anyway once `COVERED_BACKSTOP` × the
+            // maximum poll interval passed since its last look (a missed event must not
+            // wedge a waiter). An
             // acquisition's first `LOOKING_PAUSES` pauses still end in a look, as before:
             // skipping those made hand-offs after 2-12 ms holds 20-40 µs slower on the
             // benchmark machine (a waiter that did nothing for the whole hold woke
