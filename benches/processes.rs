@@ -9,6 +9,10 @@
 //! woken thread, inotify through a relay thread) that a hand-off rests on, with no lock
 //! library at all. `RWDIR_BENCH_QUICK=1` makes a short smoke run.
 //!
+//! `contention` also runs the seed design (the `GlobalDirectoryLock` of the Q&A thread
+//! rwdir grew from, ported to Rust step by step with its 1 ms polling: `Lock::Seed`),
+//! which issue #14 compares rwdir with at N=8, and prints that ratio and N=8 / N=2.
+//!
 //! `herd` is issue #14's "64 waiters": a holder process takes the write lock, then 1
 //! writer and 63 reader processes (each warmed up by one uncontended acquire+release)
 //! ask for it, the writer first: the readers ask only once it is queued (rwdir: its
@@ -66,6 +70,10 @@ const LONG: Duration = Duration::from_secs(120);
 enum Impl {
     Rwdir,
     Flock,
+    /// The seed design (`GlobalDirectoryLock` in the Q&A thread rwdir grew from),
+    /// ported to Rust step by step: see [`Lock::Seed`]. In the contended-writers
+    /// scenario only, which issue #14 compares with it.
+    Seed,
 }
 
 impl Impl {
@@ -75,12 +83,14 @@ impl Impl {
         match self {
             Impl::Rwdir => "rwdir",
             Impl::Flock => "std flock",
+            Impl::Seed => "seed design (Rust port, 1 ms polling)",
         }
     }
 
     fn parse(s: &str) -> Impl {
         match s {
             "rwdir" => Impl::Rwdir,
+            "seed" => Impl::Seed,
             _ => Impl::Flock,
         }
     }
@@ -89,6 +99,7 @@ impl Impl {
         match self {
             Impl::Rwdir => "rwdir",
             Impl::Flock => "flock",
+            Impl::Seed => "seed",
         }
     }
 }
@@ -102,12 +113,102 @@ enum Lock {
     /// std `File::lock` on `DIR/flock-file`, opened for every acquisition (as
     /// `open+flock / unlock+close`).
     Flock(PathBuf),
+    /// The seed design on `DIR` (its files live in `DIR` itself), as the Python code
+    /// does it: a master creates `.pending_lock-<uuid>-<ns>`, polls every 1 ms (each
+    /// poll a listing) until no `.master_lock*` exists and no pending file is older
+    /// than its own, creates `.master_lock-<uuid>`, removes its pending file, and polls
+    /// until no `.slave_lock*` is left; a slave polls until no master and no pending
+    /// file exists, then creates `.slave_lock-<uuid>`. No liveness, no fencing.
+    Seed(PathBuf),
 }
 
 enum Guard {
     Read(ReadGuard),
     Write(WriteGuard),
     File(File),
+    /// The seed design's file to remove at the release.
+    Seed(PathBuf),
+}
+
+/// The seed design's poll interval (`WAIT_TIME = 0.001`).
+const SEED_WAIT: Duration = Duration::from_millis(1);
+
+/// Whether any name in `dir` starts with `prefix` (the seed's `re.search("^...")`).
+fn seed_any(dir: &Path, prefix: &str) -> bool {
+    std::fs::read_dir(dir)
+        .expect("list")
+        .flatten()
+        .any(|e| e.file_name().to_string_lossy().starts_with(prefix))
+}
+
+/// The seed's `__is_next_master`: no pending file older than ours (`ns`, then uuid).
+fn seed_is_next(dir: &Path, ns: u128, uuid: u128) -> bool {
+    for e in std::fs::read_dir(dir).expect("list").flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix(".pending_lock-") else {
+            continue;
+        };
+        let Some((u, t)) = rest.split_once('-') else {
+            continue;
+        };
+        let (Ok(u), Ok(t)) = (u128::from_str_radix(u, 16), t.parse::<u128>()) else {
+            continue;
+        };
+        if t < ns {
+            return false;
+        }
+        if u != uuid && t == ns {
+            return u > uuid;
+        }
+    }
+    true
+}
+
+/// Polls (1 ms) while `busy`; `false` if `deadline` came first.
+fn seed_wait(deadline: Option<Instant>, mut busy: impl FnMut() -> bool) -> bool {
+    while busy() {
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return false;
+        }
+        std::thread::sleep(SEED_WAIT);
+    }
+    true
+}
+
+/// The seed design's acquisition (see [`Lock::Seed`]); `None` if `deadline` came first
+/// (its files are then removed).
+fn seed_acquire(dir: &Path, exclusive: bool, deadline: Option<Instant>) -> Option<Guard> {
+    let uuid = uuid::Uuid::new_v4().as_u128();
+    if !exclusive {
+        if !seed_wait(deadline, || {
+            seed_any(dir, ".master_lock") || seed_any(dir, ".pending_lock")
+        }) {
+            return None;
+        }
+        let slave = dir.join(format!(".slave_lock-{uuid:032x}"));
+        File::create(&slave).expect("create slave");
+        return Some(Guard::Seed(slave));
+    }
+    let ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_nanos();
+    let pending = dir.join(format!(".pending_lock-{uuid:032x}-{ns}"));
+    let master = dir.join(format!(".master_lock-{uuid:032x}"));
+    File::create(&pending).expect("create pending");
+    if !seed_wait(deadline, || {
+        seed_any(dir, ".master_lock") || !seed_is_next(dir, ns, uuid)
+    }) {
+        let _ = std::fs::remove_file(&pending);
+        return None;
+    }
+    File::create_new(&master).expect("create master");
+    std::fs::remove_file(&pending).expect("remove pending");
+    if !seed_wait(deadline, || seed_any(dir, ".slave_lock")) {
+        let _ = std::fs::remove_file(&master);
+        return None;
+    }
+    Some(Guard::Seed(master))
 }
 
 impl Lock {
@@ -115,6 +216,7 @@ impl Lock {
         match imp {
             Impl::Rwdir => Lock::Rwdir(DirLock::new(dir).expect("DirLock::new")),
             Impl::Flock => Lock::Flock(dir.join("flock-file")),
+            Impl::Seed => Lock::Seed(dir.to_path_buf()),
         }
     }
 
@@ -154,6 +256,7 @@ impl Lock {
                 }
                 Some(Guard::File(f))
             }
+            Lock::Seed(dir) => seed_acquire(dir, exclusive, deadline),
         }
     }
 }
@@ -167,6 +270,7 @@ impl Guard {
                 f.unlock().expect("unlock");
                 drop(f);
             }
+            Guard::Seed(path) => std::fs::remove_file(path).expect("remove"),
         }
     }
 }
@@ -938,7 +1042,7 @@ fn contention() {
     }
     let mut cells = Vec::new();
     for &loc in &Loc::available() {
-        for imp in Impl::ALL {
+        for imp in [Impl::Rwdir, Impl::Seed, Impl::Flock] {
             for n in ns_list {
                 cells.push(Cell {
                     imp,
@@ -991,6 +1095,31 @@ fn contention() {
         ]);
     }
     t.print();
+    // Issue #14's two ratios, from the medians above.
+    let rate = |imp: Impl, loc: Loc, n: usize| {
+        cells
+            .iter()
+            .find(|c| c.imp == imp && c.loc == loc && c.n == n)
+            .map(|c| common::median(&c.rate))
+    };
+    println!("\nIssue #14's targets for contended writers (medians of the rounds above):\n");
+    let mut r = Table::new(&[
+        "at",
+        "rwdir N=8 / rwdir N=2 (≥ 0.8×)",
+        "rwdir / seed design at N=8 (≥ 5×)",
+    ]);
+    for &loc in &Loc::available() {
+        let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+            (Some(a), Some(b)) if b > 0.0 => format!("{:.2}×", a / b),
+            _ => "–".into(),
+        };
+        r.row(vec![
+            loc.to_string(),
+            ratio(rate(Impl::Rwdir, loc, 8), rate(Impl::Rwdir, loc, 2)),
+            ratio(rate(Impl::Rwdir, loc, 8), rate(Impl::Seed, loc, 8)),
+        ]);
+    }
+    r.print();
     // Lost increments are mutual-exclusion violations: a failed benchmark, not a number.
     let lost: i64 = cells.iter().map(|c| c.lost).sum();
     assert_eq!(lost, 0, "contended writers lost {lost} increments");
@@ -1170,6 +1299,7 @@ fn cpu(targets: &mut Vec<Target>) {
                     f.lock().expect("lock");
                     holds.push(Box::new(f));
                 }
+                Impl::Seed => unreachable!("the seed design runs in `contention` only"),
             }
             let worker = Worker::spawn("cpu-waiter", imp, d.path(), &[]);
             ws.push(W {
@@ -1312,6 +1442,7 @@ fn writer_queued(imp: Impl, dir: &Path, pid: u32) -> bool {
                 f.get(1) == Some(&"->") && f.get(5) == Some(&pid.as_str())
             })
         }),
+        Impl::Seed => unreachable!("the seed design runs in `contention` only"),
     }
 }
 
