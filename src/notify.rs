@@ -543,10 +543,12 @@ impl Subscription<'_> {
                 }
                 None => false,
             };
-            let fd = match owner {
-                Some(ExitWatch::Process { .. }) => pidfd.as_ref().map(|(_, fd)| fd.as_fd()),
-                _ => None,
-            };
+            // Only the current owner's pidfd: one kept from an earlier owner (before the
+            // second wait opens the new one) would wake us for the wrong process.
+            let fd = pidfd
+                .as_ref()
+                .filter(|(had, _)| owner == Some(*had))
+                .map(|(_, fd)| fd.as_fd());
             let r = self.wait_gone(inotify, &file, ino, until, fd);
             if r == Some(false) {
                 self.covered.store(covered, Ordering::Relaxed);
