@@ -1120,8 +1120,25 @@ fn contention() {
         ]);
     }
     r.print();
-    // Lost increments are mutual-exclusion violations: a failed benchmark, not a number.
-    let lost: i64 = cells.iter().map(|c| c.lost).sum();
+    // Lost increments are mutual-exclusion violations: for rwdir and flock a failed
+    // benchmark, not a number. The seed design has a known race (two masters: each
+    // checks for a master, then creates its own `.master_lock-<uuid>`, and a pending
+    // file appears after its timestamp was taken), so its losses are reported.
+    let lost: i64 = cells
+        .iter()
+        .filter(|c| c.imp != Impl::Seed)
+        .map(|c| c.lost)
+        .sum();
+    let seed_lost: i64 = cells
+        .iter()
+        .filter(|c| c.imp == Impl::Seed)
+        .map(|c| c.lost)
+        .sum();
+    if seed_lost > 0 {
+        println!(
+            "\nThe seed design lost {seed_lost} increments: two writers held its lock at once (its race, not rwdir's; docs/notes/contention.md)."
+        );
+    }
     assert_eq!(lost, 0, "contended writers lost {lost} increments");
 }
 
