@@ -114,6 +114,8 @@ def build(a):
             if q == exclude:
                 continue
             inq = " || ".join(f"Q[{j}] == {own(q)}" for j in range(NQ))
+            if a.v8 != "off":   # V8: a holder's pending file stays while it is inside: only waiters count
+                inq = f"({inq}) && st[{q}] == TRY"
             if fixed:
                 hold = f"(M == {own(q)} && st[{q}] == TRY)"
             else:
@@ -196,6 +198,11 @@ def build(a):
     if a.v7 != "off":
         w(f"/* V7: a reader whose last R3 found no .master_lock and no pending file skips R1 "
           f"(v7={a.v7} probe={a.v7_probe}) */")
+    if a.v8 != "off":
+        w(f"/* V8: a writer keeps its pending file until it has removed .master_lock (v8={a.v8} probe={a.v8_probe}) */")
+    if a.v9 != "off":
+        w(f"/* V9: a writer whose only older pending file is the holder's waits for .master_lock as V2 does "
+          f"(v9={a.v9} probe={a.v9_probe}) */")
     if a.v6:
         w(f"/* V6: a writer that finds no .master_lock and no pending file creates .master_lock directly "
           f"(probe={a.v6_probe} mutant={a.v6_mutant}) */")
@@ -371,6 +378,8 @@ inline qremove(o) {{
             s.append("  tomb = 0;")
         if fixed and reader and a.v1 in ("wake", "armed"):
             s.append("  v1 = 0;")
+        if fixed and reader and a.v10:
+            s.append("  v10 = 0;")
         if fixed and reader and a.v7 != "off":
             s.append("  v7 = 0;")
         if fixed and not reader and a.v2:
@@ -388,6 +397,8 @@ inline qremove(o) {{
             l.append("bit v1;")
         if fixed and reader is True and a.v7 != "off":
             l.append("bit v7;")
+        if fixed and reader is True and a.v10:
+            l.append("byte v10; byte v10i;")
         if fixed and reader is False and a.v2:
             l.append("bit v2;")
         if fixed and reader is False and a.tokens:
@@ -500,6 +511,13 @@ inline qremove(o) {{
                                      for j in range(NQ))
                 w(f"    :: d_step {{ !v2 && M != 0 && ({oldest}) -> v2 = 1; "
                   + P(me, "listdir: .master_lock present, own pending file is the oldest live one: sleep (V2 armed)") + " }")
+                if a.v9 != "off":
+                    # V9 (with V8): the only pending file older than mine is the holder's own (it keeps it
+                    # while inside); its .master_lock going is the event, as for V2.  mutant: any writer just
+                    # ahead of me, holder or not
+                    hold = "" if a.v9 == "mutant" else "Q[0] == M && "
+                    w(f"    :: d_step {{ !v2 && M != 0 && {hold}Q[1] == {O} -> v2 = 1; " + ("assert(0); " if a.v9_probe == "arm" else "")
+                      + P(me, "listdir: .master_lock present, the only older pending file is its holder's: sleep (V9 armed)") + " }")
                 w(f"    :: d_step {{ v2 && M == 0 -> v2 = 0; M = {O}; {clr('Mst')}"
                   + P(me, "woken: V2 skips W2's listing; create .master_lock (exclusive): ok") + " }; break")
                 w(f"    :: d_step {{ v2 && M != 0 -> v2 = 0; "
@@ -526,8 +544,10 @@ inline qremove(o) {{
                 w(f"    :: d_step {{ true -> qremove({O}); st[{me}] = IDLE; {bitclear_all(me)}; "
                   + (f"ahead[{me}] = 0; " if a.fifo else "") + P(me, "timeout: unlink own pending file, give up") + " }; goto endidle")
             w("    od;")
-            w(f"    skip; d_step {{ qremove({O}); " + P(me, "unlink own pending file") + " };")
+            if a.v8 == "off":
+                w(f"    skip; d_step {{ qremove({O}); " + P(me, "unlink own pending file") + " };")
             w("Wfast:\n    skip;")
+            v8_from = len(out)
             t4 = (f"d_step {{ hj = 1; do :: hj < tok -> T[hj] = 0; hj++ :: else -> break od; hj = 0; "
                   + P(me, "T4: unlink every .token-k with k < %d", "tok") + " }")
             if K:
@@ -669,6 +689,20 @@ inline qremove(o) {{
             w("    " + enter.replace("{cond}", "nS == 0").replace("{msg}", "listdir: no .slave_lock*") + ";")
             w(f"    d_step {{ nwcs--; st[{me}] = IDLE; MO[{idx(me)}] = 0; " + P(me, "leave; unlink .master_lock-<my uuid>") + " };")
             w("    goto endidle")
+        if fixed and a.v8 != "off":
+            # V8: every way out after .master_lock was created (W5 timeout, T3 or W6 "lost", token space
+            # exhausted, W8 release) removes the own pending file last, as a step of its own
+            for i in range(v8_from, len(out)):
+                out[i] = out[i].replace("goto endidle", "goto Wv8").replace("goto endstop", "goto Wv8s")
+            other = f"(Q[0] != 0 && Q[0] != {O}) || Q[1] != 0"
+            probe = f"if :: {other} -> assert(0) :: else fi; " if a.v8_probe == "behind" else ""
+            for lbl, then in (("Wv8", "endidle"), ("Wv8s", "endstop")):
+                w(f"{lbl}:")
+                if a.v8 == "keep":   # MUTANT: the pending file stays after the grant (its live owner stops)
+                    w("    skip; goto endstop;")
+                else:
+                    w(f"    skip; d_step {{ {probe}qremove({O}); "
+                      + P(me, "V8: unlink own pending file (after .master_lock)") + f" }}; goto {then};")
         w(f"  }} unless {{ {crash_handler(me, False)} }}")
         w("  od;")
         w("endstop: skip")
@@ -692,7 +726,8 @@ inline qremove(o) {{
         w("  " + locals_(True))
         w("endidle:\n  do\n  :: {")
         w(f"    {'' if start_guard(me) else 'skip; '}d_step {{ {start_guard(me) or 'true -> '}st[{me}] = TRY; " + (f"owe[{r}] = {live_writer_mask()}; " if a.prio else "")
-          + ("v1 = 0; " if fixed and a.v1 in ("wake", "armed") else "") + P(me, "start read attempt") + " };")
+          + ("v1 = 0; " if fixed and a.v1 in ("wake", "armed") else "") + ("v10 = 0; " if fixed and a.v10 else "")
+          + P(me, "start read attempt") + " };")
         if fixed:
             w("Rwait:")
             w("    do")
@@ -701,15 +736,35 @@ inline qremove(o) {{
                 live_m = f" && !{deadj('M', me, 'Mst')}" if a.v1 == "armed" else ""   # a listing that shows a dead master breaks it (R1)
                 w(f"    :: d_step {{ !v1 && M != 0{live_m} && Q[0] == 0 -> v1 = 1; "
                   + P(me, "listdir: .master_lock present, no pending: sleep (V1 armed)") + " }")
-                w(f"    :: d_step {{ v1 && Q[0] != 0 -> v1 = 0; "
-                  + P(me, "listdir: a pending file is present (V1 disarmed)") + " }")
+                own_only = "Q[0] == M && M != 0 && Q[1] == 0"   # V9: the only pending file is the holder's own
+                if a.v9 != "off":
+                    w(f"    :: d_step {{ !v1 && M != 0{live_m} && {own_only} -> v1 = 1; "
+                      + ("assert(0); " if a.v9_probe == "reader" else "")
+                      + P(me, "listdir: .master_lock present, the only pending file is its holder's: sleep (V1 armed, V9)") + " }")
+                    w(f"    :: d_step {{ v1 && Q[0] != 0 && !({own_only}) -> v1 = 0; "
+                      + P(me, "listdir: a pending file is present (V1 disarmed)") + " }")
+                else:
+                    w(f"    :: d_step {{ v1 && Q[0] != 0 -> v1 = 0; "
+                      + P(me, "listdir: a pending file is present (V1 disarmed)") + " }")
                 if a.v1 == "wake":
                     w(f"    :: d_step {{ v1 && M == 0 -> v1 = 0; "
                       + P(me, "woken: .master_lock removed; V1 skips R1's listing") + " }; break")
                 else:
                     w(f"    :: d_step {{ v1 -> v1 = 0; "
                       + P(me, "woken (any reason); V1 skips R1's listing") + " }; break")
-            elif a.v1 == "loose":
+            if a.v10:
+                # V10: a reader behind queued writers waits for the youngest one's pending file; woken by
+                # its removal, it skips R1's listing (announces at once) as V1 does for .master_lock
+                inq10 = " || ".join(f"Q[{j}] == v10" for j in range(NQ))
+                w(f"    :: d_step {{ v10 == 0 && Q[0] != 0 -> v10i = {NQ - 1}; "
+                  f"do :: v10i > 0 && Q[v10i] == 0 -> v10i-- :: else -> break od; v10 = Q[v10i]; v10i = 0; "
+                  + ("assert(0); " if a.v10_probe == "arm" else "")
+                  + P(me, "listdir: pending file(s): sleep on the youngest (V10 armed)") + " }")
+                w(f"    :: d_step {{ v10 != 0 && ({inq10}) -> v10 = 0; "
+                  + P(me, "a look: the pending file waited for is still there (V10 disarmed)") + " }")
+                w(f"    :: d_step {{ v10 != 0 && !({inq10}) -> v10 = 0; " + ("assert(0); " if a.v10_probe == "skip" else "")
+                  + P(me, "woken: the pending file waited for is gone; V10 skips R1's listing") + " }; break")
+            if a.v1 == "loose":
                 w(f"    :: d_step {{ true -> " + P(me, "V1 (loose): skip R1 entirely") + " }; break")
             if a.v7 == "on":
                 w(f"    :: d_step {{ v7 -> " + ("assert(0); " if a.v7_probe == "skip" else "")
@@ -941,6 +996,31 @@ def main():
                          "its last R3 found (the same as --v1 loose)")
     ap.add_argument("--v7-probe", choices=["off", "skip"], default="off",
                     help="reachability probe for --v7: assert(0) where a reader skips R1")
+    ap.add_argument("--v8", choices=["off", "on", "keep"], default="off",
+                    help="variant V8 (one wake-up per grant): a writer keeps its pending file while it holds "
+                         ".master_lock and removes it only after .master_lock, on every way out (release, W5 "
+                         "timeout, lost); the writer behind it, which waits for that file, wakes once per grant. "
+                         "keep: MUTANT, the pending file stays after the grant, its live owner never comes back (liveness "
+                         "must fail)")
+    ap.add_argument("--v8-probe", choices=["off", "behind"], default="off",
+                    help="reachability probe for --v8: assert(0) where a writer removes its pending file after "
+                         "its grant while another pending file exists (a writer queued behind a holder's file)")
+    ap.add_argument("--v9", choices=["off", "on", "mutant"], default="off",
+                    help="variant V9 (with --v8 and --v2): a queued writer whose listing shows .master_lock and, as "
+                         "the only pending file older than its own, the holder's own (V8 keeps it), arms V2: woken by "
+                         "the removal of .master_lock it creates its own without a listing; with --v1 wake, a reader "
+                         "whose listing shows .master_lock and only the holder's pending file arms V1. mutant: a writer "
+                         "arms behind any "
+                         "writer, holder or not (FIFO must fail)")
+    ap.add_argument("--v9-probe", choices=["off", "arm", "reader"], default="off",
+                    help="reachability probe for --v9: assert(0) where V9 arms for a writer (arm) or, with --v1 wake, "
+                         "for a reader (reader)")
+    ap.add_argument("--v10", action="store_true",
+                    help="variant V10: a reader that waits behind queued writers (for the youngest one's pending "
+                         "file) and is woken by that file's removal skips R1's listing and announces at once; R3 "
+                         "decides as before")
+    ap.add_argument("--v10-probe", choices=["off", "arm", "skip"], default="off",
+                    help="reachability probe for --v10: assert(0) where V10 arms, or where it skips R1")
     ap.add_argument("--tokens", type=int, default=0, metavar="K",
                     help="model the fencing token (§3.7) with token numbers 1..K; a writer that finds .token-K "
                          "releases and stops for good (bounds the number of write grants)")
@@ -980,6 +1060,18 @@ def main():
         ap.error("--v6-probe/--v6-mutant need --v6")
     if a.v7_probe != "off" and a.v7 != "on":
         ap.error("--v7-probe needs --v7 on")
+    if a.v8_probe != "off" and a.v8 != "on":
+        ap.error("--v8-probe needs --v8 on")
+    if a.v10_probe != "off" and not a.v10:
+        ap.error("--v10-probe needs --v10")
+    if a.v10 and a.proto != "fixed":
+        ap.error("--v10 needs --proto fixed")
+    if a.v9 != "off" and (a.v8 != "on" or not a.v2):
+        ap.error("--v9 needs --v8 on and --v2")
+    if a.v9_probe != "off" and a.v9 != "on":
+        ap.error("--v9-probe needs --v9 on")
+    if a.v8 != "off" and a.proto != "fixed":
+        ap.error("--v8 needs --proto fixed")
     if a.v7 != "off" and a.proto != "fixed":
         ap.error("--v7 needs --proto fixed")
     if a.v6 and a.proto != "fixed":

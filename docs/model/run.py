@@ -238,6 +238,62 @@ CONFIGS += [
     ("L1-V7m", "V7 mutant: a reader skips R1 whatever its last R3 found: a draining writer starves (L1)",
      "--nw 2 --nr 2 --crash 1 --v7 mutant", "ltl:wlive", "FAIL", "q"),
 ]
+# V8 (one wake-up per grant: a writer keeps its pending file while it holds .master_lock and
+# removes it after .master_lock, so the writer behind it, waiting for that one file, wakes once
+# per grant), alone on the F, L, MF, ML bases and T4f, and with every other shortcut
+# (V1+V2+V5+V6+V7+V8 = V1256-78)
+_V8_Q = {"F1", "F3", "F6", "F7", "F8", "L2", "L4", "MF7", "MF8", "T4f"}
+_V8_A = {"F2", "F4", "F5", "MF2", "MF4", "MF5"}
+for _b in [f"F{i}" for i in range(1, 9)] + [f"L{i}" for i in range(1, 5)] \
+        + [f"MF{i}" for i in range(1, 9)] + [f"ML{i}" for i in range(1, 5)] + ["T4f"]:
+    _c = _BASE[_b]
+    _t = "q" if _b in _V8_Q else "a" if _b in _V8_A else "f"
+    CONFIGS.append((f"{_b}-V8", f"{_c[1]}; shortcut V8", f"{_c[2]} --v8 on", _c[3], "PASS", _t))
+    if _b == "F6":   # V7 fails F6 by design (a hinted R3 must be one snapshot)
+        continue
+    CONFIGS.append((f"{_b}-V125678", f"{_c[1]}; shortcuts V1+V2+V5+V6+V7+V8",
+                    f"{_c[2]} --v1 wake --v2 --v5 --v6 --v7 on --v8 on", _c[3], "PASS",
+                    "a" if _t == "a" or _b in ("L3", "MF1", "ML1", "MF3", "MF6", "ML3", "ML4") else "f"))
+# V9 (with V8 and V2: a writer whose only older pending file is the holder's waits for
+# .master_lock and takes it without a listing): V2+V8+V9 (V289) on the F, L, MF, ML bases and
+# T4f, and with every shortcut (V1256789)
+for _b in [f"F{i}" for i in range(1, 9)] + [f"L{i}" for i in range(1, 5)] \
+        + [f"MF{i}" for i in range(1, 9)] + [f"ML{i}" for i in range(1, 5)] + ["T4f"]:
+    _c = _BASE[_b]
+    _t = "q" if _b in _V8_Q and _b != "F1" else "a" if _b in _V8_A else "f"
+    CONFIGS.append((f"{_b}-V289", f"{_c[1]}; shortcuts V2+V8+V9", f"{_c[2]} --v2 --v8 on --v9 on", _c[3],
+                    "PASS", _t))
+    if _b == "F6":   # V7 fails F6 by design
+        continue
+    CONFIGS.append((f"{_b}-V1256789", f"{_c[1]}; shortcuts V1+V2+V5+V6+V7+V8+V9",
+                    f"{_c[2]} --v1 wake --v2 --v5 --v6 --v7 on --v8 on --v9 on", _c[3], "PASS",
+                    "q" if _b == "T4f" else "a" if _t == "a" or _b in ("L3", "MF1", "ML1", "MF3", "MF6", "ML3", "ML4")
+                    else "f"))
+# V10 (a reader woken by the removal of the queued writer's file it waited for skips R1),
+# alone, and with every shortcut (V1 to V10: "Vall")
+for _b in [f"F{i}" for i in range(1, 9)] + [f"L{i}" for i in range(1, 5)] + ["MF1", "MF7", "ML1", "ML2"]:
+    _c = _BASE[_b]
+    _t = "q" if _b in ("F3", "F7", "L4") else "a" if _b in ("F2", "F4", "F5") else "f"
+    CONFIGS.append((f"{_b}-V10", f"{_c[1]}; shortcut V10", f"{_c[2]} --v10", _c[3], "PASS", _t))
+    if _b == "F6":   # V7 fails F6 by design
+        continue
+    CONFIGS.append((f"{_b}-Vall", f"{_c[1]}; shortcuts V1+V2+V5+V6+V7+V8+V9+V10",
+                    f"{_c[2]} --v1 wake --v2 --v5 --v6 --v7 on --v8 on --v9 on --v10", _c[3], "PASS",
+                    "a" if _t == "a" or _b in ("L3", "MF1", "ML1", "ML2") else "f"))
+CONFIGS += [
+    ("V10p", "V10 probe: a reader woken by the removal of the pending file it waited for skips R1 "
+     "(reachable: must FAIL)", "--nw 1 --nr 1 --crash 0 --v10 --v10-probe skip", "bfs", "FAIL", "q"),
+    ("V9p", "V9 probe: a writer behind the holder's own pending file arms V2 (reachable: must FAIL)",
+     "--nw 2 --nr 1 --crash 0 --fifo --v2 --v8 on --v9 on --v9-probe arm", "bfs", "FAIL", "q"),
+    ("V9pr", "V9 probe: a reader behind the holder's own pending file arms V1 (reachable: must FAIL)",
+     "--nw 2 --nr 1 --crash 0 --v1 wake --v2 --v8 on --v9 on --v9-probe reader", "bfs", "FAIL", "q"),
+    ("F8-V9m", "V9 mutant: arms behind any writer, holder or not: a queued writer is overtaken (3W+1R)",
+     "--nw 3 --nr 1 --crash 1 --fifo --v2 --v8 on --v9 mutant", "safety", "FAIL", "q"),
+    ("V8p", "V8 probe: a holder removes its pending file while another writer is queued behind it "
+     "(reachable: must FAIL)", "--nw 2 --nr 1 --crash 0 --fifo --v8 on --v8-probe behind", "bfs", "FAIL", "q"),
+    ("L1-V8m", "V8 mutant: the pending file stays after the grant (its live owner stops): the writer behind waits forever (L1)",
+     "--nw 2 --nr 2 --crash 1 --v8 keep", "ltl:wlive", "FAIL", "q"),
+]
 _TL = "--nr 0 --crash 0 --lease --no-prio --no-mutex --no-victim --no-own-entry --no-own-unlink --tokens 4 --tok-lost"
 CONFIGS += [
     ("F6-V1loose", "V1 loosened: a reader may skip R1 at any time (F6: readdir not atomic)",
