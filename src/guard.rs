@@ -34,6 +34,9 @@ pub(crate) struct Held {
     id: Option<FileId>,
     /// Descriptors closed at the release, after the removal ([`Own::spent`]).
     spent: Mutex<Vec<OwnedFd>>,
+    /// A writer's pending file ([`Own::queue`], V8): beaten with `.master_lock` and
+    /// removed after it, on every way out.
+    queue: Mutex<Option<(LockName, OwnedFd)>>,
     /// The process that created the file; a forked child never releases it.
     owner_pid: u32,
     /// This guard in the records of the guards held by each thread (self-deadlock check).
@@ -58,6 +61,7 @@ impl Held {
             nonce: own.nonce,
             id: own.created.id,
             spent: Mutex::new(own.spent),
+            queue: Mutex::new(own.queue),
             fd: Mutex::new(Some(own.created.fd)),
             owner_pid: own.pid,
             mark,
@@ -117,6 +121,28 @@ impl Held {
             return Ok(());
         }
         self.mark.forget();
+        let done = self.release_file();
+        // V8: our queue file goes after `.master_lock`, whatever became of that: its name
+        // is unique, so if it is there, it is ours. Closed before the unlink on a remote
+        // filesystem (no `.nfsXXXX`), after it locally (the waiter behind wakes sooner).
+        let left = match self.queue.lock().take() {
+            None => Ok(()),
+            Some((name, fd)) => {
+                if self.sd.is_remote() {
+                    drop(fd);
+                    self.sd.unlink(&name).map(drop)
+                } else {
+                    let r = self.sd.unlink(&name).map(drop);
+                    drop(fd);
+                    r
+                }
+            }
+        };
+        done.and(left)
+    }
+
+    /// R5 / W8 proper: removes the lock file itself.
+    fn release_file(&self) -> Result<()> {
         if !self.lost.load(Ordering::Relaxed) {
             let fd = self.fd.lock().take();
             if let Some(fd) = fd {
@@ -157,6 +183,11 @@ impl Held {
         }
         let guard = self.fd.lock();
         let Some(fd) = guard.as_ref() else { return };
+        // V8: our queue file too, best effort (a lease judge that removes it takes
+        // nothing from us: `.master_lock` is the gate).
+        if let Some((_, q)) = self.queue.lock().as_ref() {
+            let _ = StateDir::touch(q);
+        }
         let ok = match self.sd.still_ours(&self.name, fd, self.nonce) {
             Ok(true) => {
                 !matches!(
@@ -445,6 +476,7 @@ impl WriteGuard {
             created,
             nonce: record.nonce,
             spent: Vec::new(),
+            queue: None,
             pid: record.pid,
             touched: std::cell::Cell::new(Instant::now()),
         };

@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use uuid::Uuid;
+
 use crate::config::Config;
 use crate::entry::Entry;
 use crate::error::Result;
@@ -25,26 +27,34 @@ pub(crate) struct Judge<'a> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Judged {
     Gone,
-    /// The verdict, and the owner whose exit would change an `Alive` one (see
-    /// [`liveness::verdict`]).
-    File(Liveness, Option<ExitWatch>),
+    /// The verdict, the owner whose exit would change an `Alive` one (see
+    /// [`liveness::verdict`]), and the nonce of a well-formed record.
+    File(Liveness, Option<ExitWatch>, Option<Uuid>),
 }
 
 impl Judged {
     pub(crate) fn is_dead(self) -> bool {
-        matches!(self, Judged::File(Liveness::Dead, _))
+        matches!(self, Judged::File(Liveness::Dead, ..))
     }
 
     /// Present and not dead: it blocks whoever it is in the way of.
     pub(crate) fn is_live(self) -> bool {
-        matches!(self, Judged::File(l, _) if !l.is_dead())
+        matches!(self, Judged::File(l, ..) if !l.is_dead())
     }
 
     /// The process whose exit is an event for a waiter on this file, if there is one.
     pub(crate) fn owner(self) -> Option<ExitWatch> {
         match self {
-            Judged::File(Liveness::Alive, owner) => owner,
+            Judged::File(Liveness::Alive, owner, _) => owner,
             _ => None,
+        }
+    }
+
+    /// The nonce in the file's record, if it was well formed.
+    pub(crate) fn nonce(self) -> Option<Uuid> {
+        match self {
+            Judged::File(_, _, nonce) => nonce,
+            Judged::Gone => None,
         }
     }
 }
@@ -68,7 +78,7 @@ impl<'a> Judge<'a> {
                     self.sd.judge_now(),
                     self.malformed_lease,
                 );
-                Judged::File(liveness, owner)
+                Judged::File(liveness, owner, holder.as_ref().map(|h| h.nonce))
             }
         })
     }

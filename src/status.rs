@@ -116,8 +116,18 @@ pub(crate) fn status(sd: Option<&StateDir>, cfg: &Config) -> Result<Status> {
     if l.master {
         st.writer = entry(&LockName::Master)?;
     }
+    // V8 (docs/protocol-notes.md): the writer keeps its pending file until it has removed
+    // `.master_lock`; its record carries the same nonce. That file is the writer's, not a
+    // queued writer's.
+    let writer_nonce = st
+        .writer
+        .as_ref()
+        .and_then(|w| w.holder.as_ref())
+        .map(|h| h.nonce);
     for p in &l.pending {
-        st.pending.extend(entry(p)?);
+        st.pending.extend(entry(p)?.filter(|e| {
+            writer_nonce.is_none() || e.holder.as_ref().map(|h| h.nonce) != writer_nonce
+        }));
     }
     for s in &l.slaves {
         st.readers.extend(entry(s)?);

@@ -348,12 +348,21 @@ fn release_reports_a_lost_lock_and_removes_nothing() {
     assert_only_token(dir.path());
 }
 
-/// Removes `w`'s `.master_lock` behind its back, lets a child process take the write
-/// lock, and checks that `w`'s release reports the loss and leaves the successor's
-/// `.master_lock` alone.
+/// Removes `w`'s `.master_lock` behind its back, as a judge by lease does when it finds
+/// the holder stale (with its queue file, which goes stale with it: a writer that waited
+/// keeps that file while it holds, V8), lets a child process take the write lock, and
+/// checks that `w`'s release reports the loss and leaves the successor's files alone.
 fn release_after_a_takeover(dir: &std::path::Path, lk: &DirLock, w: rwdir::WriteGuard) {
     let master = w.path();
     fs::remove_file(&master).expect("remove .master_lock behind its back");
+    for e in fs::read_dir(state(dir)).expect("list").flatten() {
+        if e.file_name()
+            .to_string_lossy()
+            .starts_with(".pending_lock-")
+        {
+            fs::remove_file(e.path()).expect("remove the holder's queue file");
+        }
+    }
     let mut c = Child::spawn("C", dir);
     let t = Child::token_of(&c.ok("write"));
     assert!(t > w.token());
@@ -1030,4 +1039,46 @@ fn a_waiter_covered_by_events_does_not_poll() {
     w.ok("release");
     h.finish();
     w.finish();
+}
+
+/// V8 (docs/protocol-notes.md): a writer that queued keeps its pending file while it
+/// holds, and removes it after `.master_lock` at the release. `status` shows that file
+/// as part of the writer, not as a queued writer.
+#[test]
+fn a_writer_that_queued_keeps_its_queue_file_until_it_leaves() {
+    let dir = tempdir();
+    let lk = lock(dir.path());
+    let mut a = Child::spawn("A", dir.path());
+    a.ok("write");
+    let waiter = {
+        let lk = lk.clone();
+        std::thread::spawn(move || lk.write())
+    };
+    wait_until("the waiter queued", dir.path(), || {
+        common::pending_pids(&lk) == vec![std::process::id()]
+    });
+    a.ok("release");
+    let w = waiter.join().expect("join").expect("write after waiting");
+    let queue_files = || {
+        fs::read_dir(state(dir.path()))
+            .expect("list")
+            .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with(".pending_lock-")
+            })
+            .count()
+    };
+    assert_eq!(queue_files(), 1, "the holder's queue file is kept");
+    let st = lk.status().expect("status");
+    assert_eq!(
+        st.writer.and_then(|e| e.holder).map(|h| h.pid),
+        Some(std::process::id())
+    );
+    assert!(st.pending.is_empty(), "listed as queued: {:?}", st.pending);
+    w.release().expect("release");
+    assert_eq!(queue_files(), 0, "the queue file goes at the release");
+    a.finish();
+    assert_only_token(dir.path());
 }

@@ -1951,6 +1951,7 @@ fn long_stress(rig: &Rig, name: &str, a: &Path, b: &Path) {
     let mut waits = Vec::new(); // a write's wait, from the call to the grant
     // Per writer: its attempts' ends (time, entered) and its queue observations (S, Q, seen).
     let mut ends: BTreeMap<String, Vec<(u128, bool)>> = BTreeMap::new();
+    let mut starts: BTreeMap<String, Vec<u128>> = BTreeMap::new();
     let mut seen: Vec<(String, u128, u128, Vec<String>)> = Vec::new();
     let mut problems = Vec::new();
     for w in &workers {
@@ -1962,7 +1963,10 @@ fn long_stress(rig: &Rig, name: &str, a: &Path, b: &Path) {
                 "id" => {
                     idents.insert(f[1].clone(), me.clone());
                 }
-                "S" => last_s = field(&f, 1),
+                "S" => {
+                    last_s = field(&f, 1);
+                    starts.entry(me.clone()).or_default().push(last_s);
+                }
                 "Q" => seen.push((me.clone(), last_s, field(&f, 1), f[2..].to_vec())),
                 "T" => ends
                     .entry(me.clone())
@@ -1998,7 +2002,25 @@ fn long_stress(rig: &Rig, name: &str, a: &Path, b: &Path) {
             .min_by_key(|e| e.0)
             .copied()
     };
+    // Whether `who` was in a write attempt (after its `S`, before that attempt's end) at
+    // `t`: a writer keeps its pending file while it holds and removes it just after
+    // `.master_lock` (V8), so `status` may show a holder, or one leaving, queued; one
+    // that was not waiting when we began to look is owed nothing.
+    let waiting_at = |who: &str, t: u128| -> bool {
+        let last_s = starts
+            .get(who)
+            .and_then(|v| v.iter().filter(|&&s| s < t).max().copied());
+        let last_end = ends
+            .get(who)
+            .and_then(|v| v.iter().filter(|e| e.0 < t).map(|e| e.0).max());
+        match (last_s, last_end) {
+            (Some(s), Some(e)) => s > e,
+            (Some(_), None) => true,
+            (None, _) => false,
+        }
+    };
     let (mut fifo_checks, mut fifo_skipped, mut fifo_errors) = (0, 0, Vec::new());
+    let mut fifo_not_waiting = 0;
     for (me, s, q, ahead) in &seen {
         let Some((mine, entered)) = end_after(me, *q) else {
             continue; // the run ended first
@@ -2010,6 +2032,10 @@ fn long_stress(rig: &Rig, name: &str, a: &Path, b: &Path) {
             };
             if !entered {
                 fifo_skipped += 1;
+                continue;
+            }
+            if !waiting_at(them, *s) {
+                fifo_not_waiting += 1;
                 continue;
             }
             match end_after(them, *s) {
@@ -2040,7 +2066,7 @@ fn long_stress(rig: &Rig, name: &str, a: &Path, b: &Path) {
         "netfs long stress {name}: {:.0} s, lease {} s, {} grants ({writes} write, {reads} read, \
          {long_reads} reads held longer than the lease), per host {per_host:?}, {long_waits} \
          writes waited longer than the lease (longest {:.1} s), {timeouts} write timeouts, \
-         FIFO checks {fifo_checks} (skipped {fifo_skipped}), {} violations, {} token errors, \
+         FIFO checks {fifo_checks} (skipped {fifo_skipped}, holders seen {fifo_not_waiting}), {} violations, {} token errors, \
          {} FIFO errors, {} problems, exit codes {codes:?}",
         elapsed.as_secs_f64(),
         lease.as_secs(),

@@ -186,6 +186,26 @@ fn the_checker_maps_identities_and_handles_timeouts() {
     let c = stress::check(&ours_timed_out, 2);
     assert!(c.violations.is_empty(), "{:?}", c.violations);
     assert_eq!(c.fifo_skipped, 1);
+    // w1 saw w0 through the pending file w0 keeps while it holds (V8), and entered
+    // before w0's next attempt: w0 was not waiting, so nothing is owed.
+    let holder_seen = format!(
+        "{ids}{readers}10 w0 S
+11 w0 Q
+12 w0 E W 1
+13 w1 S
+14 w1 Q 201:1
+         15 w0 X W
+16 w1 E W 2
+17 w0 S
+18 w0 Q
+19 w1 X W
+20 w0 E W 3
+21 w0 X W
+"
+    );
+    let c = stress::check(&holder_seen, 2);
+    assert!(c.violations.is_empty(), "{:?}", c.violations);
+    assert_eq!((c.fifo_checks, c.fifo_not_waiting), (0, 1));
     let bad = [
         (
             "a writer overtaking one it saw queued in another pid namespace",

@@ -75,6 +75,9 @@ pub(crate) struct StateDir {
 thread_local! {
     /// Listings made by this thread ([`StateDir::list`]), for tests that count them.
     pub(crate) static LISTINGS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// The same count, readable from another thread while this one waits.
+    pub(crate) static LISTINGS_SHARED: std::cell::RefCell<Option<std::sync::Arc<std::sync::atomic::AtomicUsize>>> =
+        const { std::cell::RefCell::new(None) };
 }
 
 /// The lock files found by one `readdir`, by kind. Foreign names are left out.
@@ -316,7 +319,14 @@ impl StateDir {
     /// One `readdir` of the state directory.
     pub(crate) fn list(&self) -> Result<Listing> {
         #[cfg(test)]
-        LISTINGS.with(|n| n.set(n.get() + 1));
+        {
+            LISTINGS.with(|n| n.set(n.get() + 1));
+            LISTINGS_SHARED.with(|n| {
+                if let Some(n) = n.borrow().as_ref() {
+                    n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+            });
+        }
         let open = || {
             openat(
                 &self.fd,

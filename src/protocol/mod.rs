@@ -32,11 +32,16 @@ pub(crate) struct Own {
     pub(crate) name: LockName,
     pub(crate) created: Created,
     pub(crate) nonce: Uuid,
-    /// Descriptors of other files this acquisition made (a writer's pending file, already
-    /// removed, and its `.token-n`), closed when this file is released: on a local
-    /// filesystem that takes two `close`s off a hand-off. Empty on a remote filesystem,
-    /// where a descriptor left open across an unlink leaves a `.nfsXXXX` file behind.
+    /// Descriptors of other files this acquisition made (a writer's `.token-n`, already
+    /// renamed or removed), closed when this file is released: on a local filesystem
+    /// that takes a `close` off a hand-off. Empty on a remote filesystem, where a
+    /// descriptor left open across an unlink leaves a `.nfsXXXX` file behind.
     pub(crate) spent: Vec<OwnedFd>,
+    /// V8 (docs/protocol-notes.md): a writer's pending file, kept while it holds
+    /// `.master_lock` and removed after it, so that the writer queued behind waits for
+    /// this one file and wakes once per grant. `None` for a reader, and for a writer that
+    /// took V6's fast path (it never queued).
+    pub(crate) queue: Option<(LockName, OwnedFd)>,
     /// The process that made the file (in its record); a forked child never releases it.
     pub(crate) pid: u32,
     /// When the file's mtime was last set: at its creation, or by [`Own::keep_fresh`].
@@ -112,6 +117,9 @@ struct Attempt<'a> {
     /// `.master_lock` (and its `.token-n` where tokens cannot be renamed), a reader's
     /// `.slave_lock-*`; none once a writer waits for readers.
     spares_wanted: &'static [Kind],
+    /// V8: the nonce of our pending file, written into our `.master_lock` record too, so
+    /// that `status` can tell the holder's own queue file from a waiting writer's.
+    queue_nonce: Cell<Option<Uuid>>,
 }
 
 /// How many of an acquisition's first pauses end in a look even when events cover the
@@ -150,7 +158,23 @@ impl<'a> Attempt<'a> {
                 Kind::Write => &[Kind::Write, Kind::Token],
                 _ => &[Kind::Read],
             },
+            queue_nonce: Cell::new(None),
         }
+    }
+
+    /// The record for a new file of ours of kind `kind` (V8: a `.master_lock` record
+    /// carries our pending file's nonce).
+    fn record(&self, kind: Kind) -> Holder {
+        let mut h = record_of(&self.me, self.cfg, kind);
+        if let (Kind::Write, Some(n)) = (kind, self.queue_nonce.get()) {
+            h.nonce = n;
+        }
+        h
+    }
+
+    /// Whether a record written earlier (a spare's) is the one we would write now.
+    fn record_fits(&self, h: &Holder) -> bool {
+        h.kind != Kind::Write || self.queue_nonce.get().is_none_or(|n| h.nonce == n)
     }
 
     /// Makes the files the `put`s after a wake-up will need ([`Attempt::spares_wanted`]),
@@ -170,8 +194,11 @@ impl<'a> Attempt<'a> {
                     None => break,
                 }
             }
-            if spares[i].record(kind, SPARE_FRESH / 2).is_none() {
-                spares[i].write(record_of(&self.me, self.cfg, kind));
+            if !spares[i]
+                .record(kind, SPARE_FRESH / 2)
+                .is_some_and(|h| self.record_fits(h))
+            {
+                spares[i].write(self.record(kind));
             }
         }
     }
@@ -329,15 +356,20 @@ impl<'a> Attempt<'a> {
     /// file at a fresh uuid's name) is retried with a new uuid by the caller.
     fn put(&self, name: LockName, kind: Kind) -> Result<Option<Own>> {
         let spare = self.spares.borrow_mut().pop();
-        let holder = match spare.as_ref().and_then(|s| s.record(kind, SPARE_FRESH)) {
+        let holder = match spare
+            .as_ref()
+            .and_then(|s| s.record(kind, SPARE_FRESH))
+            .filter(|h| self.record_fits(h))
+        {
             Some(written) => written.clone(),
-            None => record_of(&self.me, self.cfg, kind),
+            None => self.record(kind),
         };
         Ok(self.sd.put_with(&name, &holder, spare)?.map(|created| Own {
             name,
             created,
             nonce: holder.nonce,
             spent: Vec::new(),
+            queue: None,
             pid: holder.pid,
             touched: Cell::new(Instant::now()),
         }))
@@ -434,24 +466,39 @@ fn look_before_announcing(at: &mut Attempt<'_>) -> Result<()> {
         // Every pending file judged (the dead ones removed, which V5 counts on); the
         // youngest live one is what to wait for.
         let mut youngest = None;
+        let mut live_pending = 0;
+        let mut youngest_nonce = None;
         for p in &l.pending {
             let j = at.judge.unlink_if_dead(p)?;
             if j.is_live() {
                 youngest = Some((*p, j.owner()));
+                youngest_nonce = j.nonce();
+                live_pending += 1;
             }
         }
-        let queued = youngest.is_some();
         let mut master = false;
         let mut master_owner = None;
+        let mut master_nonce = None;
         if l.master {
             match at.judge.judge(&LockName::Master)? {
                 j if j.is_dead() => {
                     break_master(at, &[])?;
                     continue;
                 }
-                j => (master, master_owner) = (j.is_live(), j.owner()),
+                j => {
+                    (master, master_owner) = (j.is_live(), j.owner());
+                    master_nonce = j.nonce();
+                }
             }
         }
+        // V9 (docs/protocol-notes.md): the only live pending file is the holder's own,
+        // kept while it holds (V8; the two records share a nonce). It goes right after
+        // `.master_lock`: wait for `.master_lock`, as when no writer is queued.
+        if master && live_pending == 1 && youngest_nonce.is_some() && youngest_nonce == master_nonce
+        {
+            youngest = None;
+        }
+        let queued = youngest.is_some();
         if !queued && !master {
             return Ok(());
         }
@@ -468,7 +515,14 @@ fn look_before_announcing(at: &mut Attempt<'_>) -> Result<()> {
             Some((name, owner)) => (Interest::only(name), owner),
             None => (Interest::MASTER, master_owner),
         };
-        if at.pause(&[])?.has_master() && !queued {
+        let removed = at.pause(&[])?;
+        if !queued && removed.has_master() {
+            return Ok(());
+        }
+        // V10 (docs/protocol-notes.md): behind queued writers we waited for the youngest
+        // one's file, and the wake-up says it went (that writer left, gave up, or was
+        // judged dead): announce at once, as V1 does; R3 decides.
+        if queued && !removed.is_nothing() {
             return Ok(());
         }
     }
@@ -530,10 +584,11 @@ fn fast_path(at: &Attempt<'_>) -> Result<Option<(Own, (u64, bool))>> {
     Ok(master.map(|m| (m, l.top_token())))
 }
 
-/// W3–W6, holding `.master_lock` (made by W2, or by V6's fast path, from a listing whose
-/// highest token was `hint`): leave the queue (`pending`, none after V6), take a fencing
-/// token, wait for the readers to drain, and check that `.master_lock` is still ours.
-/// Returns it with the token.
+/// W4–W6, holding `.master_lock` (made by W2, or by V6's fast path, from a listing whose
+/// highest token was `hint`): take a fencing token, wait for the readers to drain, and
+/// check that `.master_lock` is still ours. Returns it with the token, and with our
+/// pending file (`pending`, none after V6) in [`Own::queue`]: V8 keeps it until the
+/// release, and W3 is gone.
 fn enter(
     at: &mut Attempt<'_>,
     mut master: Own,
@@ -546,11 +601,15 @@ fn enter(
     let remove_master = |master: &Own| {
         let _ = sd.unlink_own(&master.name, &master.created, master.nonce);
     };
+    // V8: no W3. Our pending file stays until `.master_lock` is gone (docs/protocol-notes.md),
+    // on every way out: the release, and the undo below.
+    let leave_queue = |pending: Option<Own>| {
+        if let Some(p) = pending {
+            let _ = sd.unlink(&p.close());
+        }
+    };
     let steps = |at: &mut Attempt<'_>| -> Result<Option<(u64, Vec<OwnedFd>)>> {
-        let mut spent = match pending {
-            Some(pending) => leave_queue(sd, pending)?,
-            None => Vec::new(),
-        };
+        let mut spent = Vec::new();
         let (token, first) = fencing_token(at, hint, &mut spent)?;
         Ok(drain(at, &master, first)?.then_some((token, spent)))
     };
@@ -559,10 +618,12 @@ fn enter(
         Ok(None) => {
             // Gave up. Removed first: the error names who is in our way, not us.
             remove_master(&master);
+            leave_queue(pending);
             return Err(at.give_up());
         }
         Err(e) => {
             remove_master(&master);
+            leave_queue(pending);
             return Err(e);
         }
     };
@@ -573,26 +634,19 @@ fn enter(
     // us by lease (another pid namespace), so the file may have been broken and made
     // again by someone else while we waited. Checked after the touch, which renewed our
     // own inode only: from here on a judge by lease finds it fresh.
-    if !sd.owns(&master.name, &master.created, master.nonce)? {
+    let owned = sd.owns(&master.name, &master.created, master.nonce);
+    if !matches!(owned, Ok(true)) {
+        // Not ours any more: remove nothing of `.master_lock`, but our queue file is ours.
+        leave_queue(pending);
+        owned?;
         return Err(Error::LockLost {
             path: sd.path_of(&LockName::Master),
             reason: "`.master_lock` was replaced while waiting for readers".into(),
         });
     }
     master.spent = spent;
+    master.queue = pending.map(|p| (p.name, p.created.fd));
     Ok((master, token))
-}
-
-/// W3: leaves the queue, once `.master_lock` blocks readers. Returns the descriptors to
-/// close at the release (see [`Own::spent`]).
-fn leave_queue(sd: &StateDir, pending: Own) -> Result<Vec<OwnedFd>> {
-    if sd.is_remote() {
-        sd.unlink(&pending.close())?;
-        return Ok(Vec::new());
-    }
-    // Removed first, closed at the release.
-    sd.unlink(&pending.name)?;
-    Ok(vec![pending.created.fd])
 }
 
 /// W4 with T1–T4: the fencing token, and the first listing made after its file exists
@@ -664,6 +718,7 @@ fn queue(at: &Attempt<'_>) -> Result<Own> {
             uuid: Uuid::new_v4(),
         };
         if let Some(own) = at.put(name, Kind::Pending)? {
+            at.queue_nonce.set(Some(own.nonce));
             return Ok(own);
         }
     }
@@ -693,15 +748,19 @@ fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<(Own, (u64, bool
         // so that a look reads one file, not every queued writer's.
         let mut predecessor: Option<LockName> = None;
         let mut predecessor_owner = None;
+        let mut predecessor_nonce = None;
         let mine = pending.name.order_key();
         for p in l.pending.iter().rev().filter(|p| p.order_key() < mine) {
             let j = at.judge.unlink_if_dead(p)?;
             if j.is_live() {
                 (predecessor, predecessor_owner) = (Some(*p), j.owner());
+                predecessor_nonce = j.nonce();
                 break;
             }
         }
         let older_live = predecessor.is_some();
+        // Whether no queued writer is older than our predecessor.
+        let predecessor_first = older_live && l.pending.first() == predecessor.as_ref();
         let concern = predecessor.map_or(Interest::MASTER, Interest::only);
         if l.master {
             match at.judge.judge(&LockName::Master)? {
@@ -715,20 +774,24 @@ fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<(Own, (u64, bool
                 // exclusive `put` below stays the only gate.
                 Judged::Gone => {}
                 j => {
-                    at.interest = concern;
-                    at.owner = if older_live {
-                        predecessor_owner
-                    } else {
-                        j.owner()
-                    };
+                    // V9 (docs/protocol-notes.md): the only queued writer before us is the
+                    // holder itself, which keeps its pending file while it holds (V8; its
+                    // `.master_lock` record carries that file's nonce). Its `.master_lock`
+                    // going is then our turn, as for the first queued writer (V2).
+                    let behind_holder =
+                        predecessor_first && j.nonce().is_some() && j.nonce() == predecessor_nonce;
+                    let first = !older_live || behind_holder;
+                    at.interest = if first { Interest::MASTER } else { concern };
+                    at.owner = if first { j.owner() } else { predecessor_owner };
                     waited = true;
                     sd.set_writers_absent(false);
                     let removed = at.pause(&[&*pending])?;
-                    // We were first in the queue and only `.master_lock` was in our way;
-                    // the wake-up says it went away: create ours at once. The exclusive
-                    // `put` is the only writer gate, whatever a listing would show; if
-                    // the name is taken again, the full W2 loop follows.
-                    if !older_live
+                    // We were first in the queue (or behind the holder's own pending file)
+                    // and only `.master_lock` was in our way; the wake-up says it went
+                    // away: create ours at once. The exclusive `put` is the only writer
+                    // gate, whatever a listing would show; if the name is taken again, the
+                    // full W2 loop follows.
+                    if first
                         && removed.has_master()
                         && let Some(master) = at.put(LockName::Master, Kind::Write)?
                     {
@@ -901,6 +964,206 @@ mod tests {
             cancel: None,
             heartbeat: true,
         }
+    }
+
+    /// V8 and V9 (docs/protocol-notes.md): one wake-up per grant. Writer B waits for
+    /// writer A, and writer C waits behind B. When A leaves and B takes the lock, C must
+    /// sleep through B's grant and hold: it waits for B's pending file, which B keeps
+    /// until it leaves. Before V8, B removed that file at its grant (W3), and C woke up,
+    /// listed the directory and went back to sleep on B's `.master_lock`.
+    #[test]
+    fn a_queued_writer_sleeps_through_the_grant_before_it() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let lk = crate::DirLock::builder(dir.path())
+            .poll_interval(Duration::from_millis(1), Duration::from_millis(100))
+            .build()
+            .expect("lock");
+        let queued = |n: usize| {
+            let end = Instant::now() + Duration::from_secs(20);
+            while lk.status().expect("status").pending.len() < n {
+                assert!(Instant::now() < end, "{n} writers never queued");
+                std::thread::yield_now();
+            }
+        };
+        let a = lk.write().expect("A");
+        let (b_in, b_granted) = crossbeam_channel::bounded(1);
+        let (b_go, b_release) = crossbeam_channel::bounded::<()>(1);
+        let b = {
+            let lk = lk.clone();
+            std::thread::spawn(move || {
+                let g = lk.write().expect("B");
+                b_in.send(()).expect("send");
+                b_release.recv().expect("recv");
+                drop(g);
+            })
+        };
+        queued(1);
+        let c_listings = Arc::new(AtomicUsize::new(0));
+        let c = {
+            let lk = lk.clone();
+            let n = Arc::clone(&c_listings);
+            std::thread::spawn(move || {
+                crate::fsops::LISTINGS_SHARED.with(|s| *s.borrow_mut() = Some(n));
+                lk.write().expect("C").token()
+            })
+        };
+        queued(2);
+        // C looks first, then after each of its first LOOKING_PAUSES - 1 pauses; after
+        // them, a covered wait does not look until its backstop (300 × 100 ms).
+        // Readiness: that count.
+        let end = Instant::now() + Duration::from_secs(20);
+        while c_listings.load(SeqCst) < LOOKING_PAUSES as usize {
+            assert!(Instant::now() < end, "C never settled: {c_listings:?}");
+            std::thread::yield_now();
+        }
+        let before = c_listings.load(SeqCst);
+        drop(a);
+        b_granted.recv().expect("B's grant");
+        // B holds for a while: C's wake-up at B's grant, if any, comes within a few ms.
+        std::thread::sleep(Duration::from_millis(300));
+        let during = c_listings.load(SeqCst) - before;
+        b_go.send(()).expect("send");
+        b.join().expect("B");
+        let token = c.join().expect("C");
+        assert!(token > 0);
+        assert_eq!(
+            during, 0,
+            "C listed the directory {during} times during B's grant and hold"
+        );
+    }
+
+    /// V9 (docs/protocol-notes.md): a writer whose only older pending file is the
+    /// holder's own (kept by V8) waits for `.master_lock` and takes it when it goes,
+    /// without listing the directory first: from the holder's release to its grant it
+    /// lists once (T1–T3 and W5's listing), not twice.
+    #[test]
+    fn a_writer_behind_the_holders_queue_file_takes_the_lock_without_a_listing() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let lk = crate::DirLock::builder(dir.path())
+            .poll_interval(Duration::from_millis(1), Duration::from_millis(100))
+            .build()
+            .expect("lock");
+        let queued = |n: usize| {
+            let end = Instant::now() + Duration::from_secs(20);
+            while lk.status().expect("status").pending.len() < n {
+                assert!(Instant::now() < end, "{n} writers never queued");
+                std::thread::yield_now();
+            }
+        };
+        // H waits for X, so it holds with its pending file kept (V8).
+        let x = lk.write().expect("X");
+        let (h_in, h_granted) = crossbeam_channel::bounded(1);
+        let (h_go, h_release) = crossbeam_channel::bounded::<()>(1);
+        let h = {
+            let lk = lk.clone();
+            std::thread::spawn(move || {
+                let g = lk.write().expect("H");
+                h_in.send(()).expect("send");
+                h_release.recv().expect("recv");
+                drop(g);
+            })
+        };
+        queued(1);
+        drop(x);
+        h_granted.recv().expect("H's grant");
+        let b_listings = Arc::new(AtomicUsize::new(0));
+        let (b_in, b_granted) = crossbeam_channel::bounded(1);
+        let b = {
+            let lk = lk.clone();
+            let n = Arc::clone(&b_listings);
+            std::thread::spawn(move || {
+                crate::fsops::LISTINGS_SHARED.with(|s| *s.borrow_mut() = Some(Arc::clone(&n)));
+                let g = lk.write().expect("B");
+                b_in.send(n.load(SeqCst)).expect("send");
+                drop(g);
+            })
+        };
+        queued(1); // B; H's own file is shown as the writer's, not as queued
+        let end = Instant::now() + Duration::from_secs(20);
+        while b_listings.load(SeqCst) < LOOKING_PAUSES as usize {
+            assert!(Instant::now() < end, "B never settled: {b_listings:?}");
+            std::thread::yield_now();
+        }
+        let before = b_listings.load(SeqCst);
+        h_go.send(()).expect("send");
+        let at_grant = b_granted.recv().expect("B's grant");
+        h.join().expect("H");
+        b.join().expect("B");
+        assert_eq!(
+            at_grant - before,
+            1,
+            "B's listings from H's release to its grant (1: the token's and W5's)"
+        );
+    }
+
+    /// V8 and V10 (docs/protocol-notes.md): a reader queued behind a waiting writer W
+    /// sleeps through W's grant and hold (W keeps its pending file), and, woken when W
+    /// leaves, announces at once: from the holder's release to its own grant it lists
+    /// the directory once (R3), not three times (R1 at W's grant, R1 and R3 at W's
+    /// release).
+    #[test]
+    fn a_reader_behind_a_writer_wakes_once_and_lists_once() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let lk = crate::DirLock::builder(dir.path())
+            .poll_interval(Duration::from_millis(1), Duration::from_millis(100))
+            .build()
+            .expect("lock");
+        let x = lk.write().expect("X");
+        let (w_in, w_granted) = crossbeam_channel::bounded(1);
+        let (w_go, w_release) = crossbeam_channel::bounded::<()>(1);
+        let w = {
+            let lk = lk.clone();
+            std::thread::spawn(move || {
+                let g = lk.write().expect("W");
+                w_in.send(()).expect("send");
+                w_release.recv().expect("recv");
+                drop(g);
+            })
+        };
+        let end = Instant::now() + Duration::from_secs(20);
+        while lk.status().expect("status").pending.is_empty() {
+            assert!(Instant::now() < end, "W never queued");
+            std::thread::yield_now();
+        }
+        let r_listings = Arc::new(AtomicUsize::new(0));
+        let (r_in, r_granted) = crossbeam_channel::bounded(1);
+        let r = {
+            let lk = lk.clone();
+            let n = Arc::clone(&r_listings);
+            std::thread::spawn(move || {
+                crate::fsops::LISTINGS_SHARED.with(|s| *s.borrow_mut() = Some(Arc::clone(&n)));
+                let g = lk.read().expect("R");
+                r_in.send(n.load(SeqCst)).expect("send");
+                drop(g);
+            })
+        };
+        // R's first look, one more when it subscribes at its first pause, then one after
+        // each of its first LOOKING_PAUSES - 1 pauses.
+        while r_listings.load(SeqCst) < 1 + LOOKING_PAUSES as usize {
+            assert!(Instant::now() < end, "R never settled: {r_listings:?}");
+            std::thread::yield_now();
+        }
+        let before = r_listings.load(SeqCst);
+        drop(x);
+        w_granted.recv().expect("W's grant");
+        // W holds for a while: R's wake-up at W's grant, if any, comes within a few ms.
+        std::thread::sleep(Duration::from_millis(300));
+        let during = r_listings.load(SeqCst) - before;
+        w_go.send(()).expect("send");
+        let at_grant = r_granted.recv().expect("R's grant");
+        w.join().expect("W");
+        r.join().expect("R");
+        assert_eq!(
+            during, 0,
+            "R listed the directory during W's grant and hold"
+        );
+        assert_eq!(at_grant - before, 1, "R's listings up to its grant (1: R3)");
     }
 
     /// The listings this thread makes while `f` runs.
