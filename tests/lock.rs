@@ -379,6 +379,24 @@ fn release_after_a_takeover(dir: &std::path::Path, lk: &DirLock, w: rwdir::Write
     c.finish();
 }
 
+/// This process's write lock, taken after waiting for child A's: A holds, our writer
+/// queues and prepares its `.master_lock` (readiness: its prepared files, see
+/// `prepared_files`), A releases. Returns A (to finish) and the guard.
+fn write_after_waiting(dir: &std::path::Path, lk: &DirLock) -> (Child, rwdir::WriteGuard) {
+    let mut a = Child::spawn("A", dir);
+    a.ok("write");
+    let waiter = {
+        let lk = lk.clone();
+        std::thread::spawn(move || lk.write())
+    };
+    wait_until("the waiter prepared its files", dir, || {
+        common::prepared_files(std::process::id(), dir) >= 2
+    });
+    a.ok("release");
+    let w = waiter.join().expect("join").expect("write after waiting");
+    (a, w)
+}
+
 /// A writer that waited takes `.master_lock` from a file it prepared while waiting, and
 /// its release compares the name with that file's inode without asking the file again:
 /// it must still remove only its own `.master_lock`, never a successor's.
@@ -386,19 +404,7 @@ fn release_after_a_takeover(dir: &std::path::Path, lk: &DirLock, w: rwdir::Write
 fn a_writer_that_waited_also_releases_only_its_own_master() {
     let dir = tempdir();
     let lk = lock(dir.path());
-    let mut a = Child::spawn("A", dir.path());
-    a.ok("write");
-    let waiter = {
-        let lk = lk.clone();
-        std::thread::spawn(move || lk.write())
-    };
-    // Readiness: the waiter holds its queue file and has prepared the `.master_lock` to
-    // be (see `prepared_files`).
-    wait_until("the waiter prepared its files", dir.path(), || {
-        common::prepared_files(std::process::id(), dir.path()) >= 2
-    });
-    a.ok("release");
-    let w = waiter.join().expect("join").expect("write after waiting");
+    let (a, w) = write_after_waiting(dir.path(), &lk);
     release_after_a_takeover(dir.path(), &lk, w);
     a.finish();
     assert_only_token(dir.path());
@@ -1048,17 +1054,7 @@ fn a_waiter_covered_by_events_does_not_poll() {
 fn a_writer_that_queued_keeps_its_queue_file_until_it_leaves() {
     let dir = tempdir();
     let lk = lock(dir.path());
-    let mut a = Child::spawn("A", dir.path());
-    a.ok("write");
-    let waiter = {
-        let lk = lk.clone();
-        std::thread::spawn(move || lk.write())
-    };
-    wait_until("the waiter queued", dir.path(), || {
-        common::pending_pids(&lk) == vec![std::process::id()]
-    });
-    a.ok("release");
-    let w = waiter.join().expect("join").expect("write after waiting");
+    let (a, w) = write_after_waiting(dir.path(), &lk);
     let queue_files = || {
         fs::read_dir(state(dir.path()))
             .expect("list")

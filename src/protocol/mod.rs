@@ -966,6 +966,85 @@ mod tests {
         }
     }
 
+    /// A lock on `dir` whose waits are covered by events after their first pauses (the
+    /// backstop is 300 × 100 ms), for the tests that count a waiter's listings.
+    fn counting_lock(dir: &std::path::Path) -> crate::DirLock {
+        crate::DirLock::builder(dir)
+            .poll_interval(Duration::from_millis(1), Duration::from_millis(100))
+            .build()
+            .expect("lock")
+    }
+
+    /// Waits (bounded) until `cond` holds.
+    fn wait_for(what: &str, cond: impl Fn() -> bool) {
+        let end = Instant::now() + Duration::from_secs(20);
+        while !cond() {
+            assert!(Instant::now() < end, "{what}: not within 20 s");
+            std::thread::yield_now();
+        }
+    }
+
+    /// A thread that takes the lock (write or read), says so with its listing count at
+    /// the grant, and releases it when told to.
+    struct Taker {
+        thread: std::thread::JoinHandle<()>,
+        granted: crossbeam_channel::Receiver<usize>,
+        release: crossbeam_channel::Sender<()>,
+    }
+
+    impl Taker {
+        fn spawn(
+            lk: &crate::DirLock,
+            counter: Option<std::sync::Arc<std::sync::atomic::AtomicUsize>>,
+            write: bool,
+        ) -> Taker {
+            let (tx, granted) = crossbeam_channel::bounded(1);
+            let (release, rx) = crossbeam_channel::bounded::<()>(1);
+            let lk = lk.clone();
+            let thread = std::thread::spawn(move || {
+                let n = counter.clone();
+                crate::fsops::LISTINGS_SHARED.with(|s| *s.borrow_mut() = n);
+                let read = || counter.as_ref().map_or(0, |n| n.load(Ordering::SeqCst));
+                if write {
+                    let g = lk.write().expect("write");
+                    tx.send(read()).expect("send");
+                    let _ = rx.recv();
+                    drop(g);
+                } else {
+                    let g = lk.read().expect("read");
+                    tx.send(read()).expect("send");
+                    let _ = rx.recv();
+                    drop(g);
+                }
+            });
+            Taker {
+                thread,
+                granted,
+                release,
+            }
+        }
+
+        fn granted(&self) -> usize {
+            self.granted.recv().expect("the grant")
+        }
+
+        fn release(self) {
+            let _ = self.release.send(());
+            self.thread.join().expect("join");
+        }
+    }
+
+    /// The listings another thread makes, and its looking pauses waited out: its first
+    /// look, then one after each of its first LOOKING_PAUSES - 1 pauses (`extra` more for
+    /// a reader, which subscribes at its first pause and looks again); after them, a
+    /// covered wait does not look until its backstop.
+    fn settled(n: &std::sync::atomic::AtomicUsize, extra: usize) -> usize {
+        wait_for("the waiter's looking pauses", || {
+            n.load(Ordering::SeqCst) >= LOOKING_PAUSES as usize + extra
+        });
+        n.load(Ordering::SeqCst)
+    }
+
     /// V8 and V9 (docs/protocol-notes.md): one wake-up per grant. Writer B waits for
     /// writer A, and writer C waits behind B. When A leaves and B takes the lock, C must
     /// sleep through B's grant and hold: it waits for B's pending file, which B keeps
@@ -973,61 +1052,24 @@ mod tests {
     /// listed the directory and went back to sleep on B's `.master_lock`.
     #[test]
     fn a_queued_writer_sleeps_through_the_grant_before_it() {
-        use std::sync::Arc;
-        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
         let dir = tempfile::tempdir().expect("tempdir");
-        let lk = crate::DirLock::builder(dir.path())
-            .poll_interval(Duration::from_millis(1), Duration::from_millis(100))
-            .build()
-            .expect("lock");
-        let queued = |n: usize| {
-            let end = Instant::now() + Duration::from_secs(20);
-            while lk.status().expect("status").pending.len() < n {
-                assert!(Instant::now() < end, "{n} writers never queued");
-                std::thread::yield_now();
-            }
-        };
+        let lk = counting_lock(dir.path());
+        let queued = |n: usize| lk.status().expect("status").pending.len() >= n;
         let a = lk.write().expect("A");
-        let (b_in, b_granted) = crossbeam_channel::bounded(1);
-        let (b_go, b_release) = crossbeam_channel::bounded::<()>(1);
-        let b = {
-            let lk = lk.clone();
-            std::thread::spawn(move || {
-                let g = lk.write().expect("B");
-                b_in.send(()).expect("send");
-                b_release.recv().expect("recv");
-                drop(g);
-            })
-        };
-        queued(1);
-        let c_listings = Arc::new(AtomicUsize::new(0));
-        let c = {
-            let lk = lk.clone();
-            let n = Arc::clone(&c_listings);
-            std::thread::spawn(move || {
-                crate::fsops::LISTINGS_SHARED.with(|s| *s.borrow_mut() = Some(n));
-                lk.write().expect("C").token()
-            })
-        };
-        queued(2);
-        // C looks first, then after each of its first LOOKING_PAUSES - 1 pauses; after
-        // them, a covered wait does not look until its backstop (300 × 100 ms).
-        // Readiness: that count.
-        let end = Instant::now() + Duration::from_secs(20);
-        while c_listings.load(SeqCst) < LOOKING_PAUSES as usize {
-            assert!(Instant::now() < end, "C never settled: {c_listings:?}");
-            std::thread::yield_now();
-        }
-        let before = c_listings.load(SeqCst);
+        let b = Taker::spawn(&lk, None, true);
+        wait_for("B queued", || queued(1));
+        let c_listings = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let c = Taker::spawn(&lk, Some(std::sync::Arc::clone(&c_listings)), true);
+        wait_for("C queued", || queued(2));
+        let before = settled(&c_listings, 0);
         drop(a);
-        b_granted.recv().expect("B's grant");
+        b.granted();
         // B holds for a while: C's wake-up at B's grant, if any, comes within a few ms.
         std::thread::sleep(Duration::from_millis(300));
-        let during = c_listings.load(SeqCst) - before;
-        b_go.send(()).expect("send");
-        b.join().expect("B");
-        let token = c.join().expect("C");
-        assert!(token > 0);
+        let during = c_listings.load(Ordering::SeqCst) - before;
+        b.release();
+        c.granted();
+        c.release();
         assert_eq!(
             during, 0,
             "C listed the directory {during} times during B's grant and hold"
@@ -1040,59 +1082,26 @@ mod tests {
     /// lists once (T1–T3 and W5's listing), not twice.
     #[test]
     fn a_writer_behind_the_holders_queue_file_takes_the_lock_without_a_listing() {
-        use std::sync::Arc;
-        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
         let dir = tempfile::tempdir().expect("tempdir");
-        let lk = crate::DirLock::builder(dir.path())
-            .poll_interval(Duration::from_millis(1), Duration::from_millis(100))
-            .build()
-            .expect("lock");
-        let queued = |n: usize| {
-            let end = Instant::now() + Duration::from_secs(20);
-            while lk.status().expect("status").pending.len() < n {
-                assert!(Instant::now() < end, "{n} writers never queued");
-                std::thread::yield_now();
-            }
-        };
+        let lk = counting_lock(dir.path());
         // H waits for X, so it holds with its pending file kept (V8).
         let x = lk.write().expect("X");
-        let (h_in, h_granted) = crossbeam_channel::bounded(1);
-        let (h_go, h_release) = crossbeam_channel::bounded::<()>(1);
-        let h = {
-            let lk = lk.clone();
-            std::thread::spawn(move || {
-                let g = lk.write().expect("H");
-                h_in.send(()).expect("send");
-                h_release.recv().expect("recv");
-                drop(g);
-            })
-        };
-        queued(1);
+        let h = Taker::spawn(&lk, None, true);
+        wait_for("H queued", || {
+            !lk.status().expect("status").pending.is_empty()
+        });
         drop(x);
-        h_granted.recv().expect("H's grant");
-        let b_listings = Arc::new(AtomicUsize::new(0));
-        let (b_in, b_granted) = crossbeam_channel::bounded(1);
-        let b = {
-            let lk = lk.clone();
-            let n = Arc::clone(&b_listings);
-            std::thread::spawn(move || {
-                crate::fsops::LISTINGS_SHARED.with(|s| *s.borrow_mut() = Some(Arc::clone(&n)));
-                let g = lk.write().expect("B");
-                b_in.send(n.load(SeqCst)).expect("send");
-                drop(g);
-            })
-        };
-        queued(1); // B; H's own file is shown as the writer's, not as queued
-        let end = Instant::now() + Duration::from_secs(20);
-        while b_listings.load(SeqCst) < LOOKING_PAUSES as usize {
-            assert!(Instant::now() < end, "B never settled: {b_listings:?}");
-            std::thread::yield_now();
-        }
-        let before = b_listings.load(SeqCst);
-        h_go.send(()).expect("send");
-        let at_grant = b_granted.recv().expect("B's grant");
-        h.join().expect("H");
-        b.join().expect("B");
+        h.granted();
+        let b_listings = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let b = Taker::spawn(&lk, Some(std::sync::Arc::clone(&b_listings)), true);
+        // B queued; H's own file is shown as the writer's, not as queued.
+        wait_for("B queued", || {
+            !lk.status().expect("status").pending.is_empty()
+        });
+        let before = settled(&b_listings, 0);
+        h.release();
+        let at_grant = b.granted();
+        b.release();
         assert_eq!(
             at_grant - before,
             1,
@@ -1107,58 +1116,24 @@ mod tests {
     /// release).
     #[test]
     fn a_reader_behind_a_writer_wakes_once_and_lists_once() {
-        use std::sync::Arc;
-        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
         let dir = tempfile::tempdir().expect("tempdir");
-        let lk = crate::DirLock::builder(dir.path())
-            .poll_interval(Duration::from_millis(1), Duration::from_millis(100))
-            .build()
-            .expect("lock");
+        let lk = counting_lock(dir.path());
         let x = lk.write().expect("X");
-        let (w_in, w_granted) = crossbeam_channel::bounded(1);
-        let (w_go, w_release) = crossbeam_channel::bounded::<()>(1);
-        let w = {
-            let lk = lk.clone();
-            std::thread::spawn(move || {
-                let g = lk.write().expect("W");
-                w_in.send(()).expect("send");
-                w_release.recv().expect("recv");
-                drop(g);
-            })
-        };
-        let end = Instant::now() + Duration::from_secs(20);
-        while lk.status().expect("status").pending.is_empty() {
-            assert!(Instant::now() < end, "W never queued");
-            std::thread::yield_now();
-        }
-        let r_listings = Arc::new(AtomicUsize::new(0));
-        let (r_in, r_granted) = crossbeam_channel::bounded(1);
-        let r = {
-            let lk = lk.clone();
-            let n = Arc::clone(&r_listings);
-            std::thread::spawn(move || {
-                crate::fsops::LISTINGS_SHARED.with(|s| *s.borrow_mut() = Some(Arc::clone(&n)));
-                let g = lk.read().expect("R");
-                r_in.send(n.load(SeqCst)).expect("send");
-                drop(g);
-            })
-        };
-        // R's first look, one more when it subscribes at its first pause, then one after
-        // each of its first LOOKING_PAUSES - 1 pauses.
-        while r_listings.load(SeqCst) < 1 + LOOKING_PAUSES as usize {
-            assert!(Instant::now() < end, "R never settled: {r_listings:?}");
-            std::thread::yield_now();
-        }
-        let before = r_listings.load(SeqCst);
+        let w = Taker::spawn(&lk, None, true);
+        wait_for("W queued", || {
+            !lk.status().expect("status").pending.is_empty()
+        });
+        let r_listings = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let r = Taker::spawn(&lk, Some(std::sync::Arc::clone(&r_listings)), false);
+        let before = settled(&r_listings, 1);
         drop(x);
-        w_granted.recv().expect("W's grant");
+        w.granted();
         // W holds for a while: R's wake-up at W's grant, if any, comes within a few ms.
         std::thread::sleep(Duration::from_millis(300));
-        let during = r_listings.load(SeqCst) - before;
-        w_go.send(()).expect("send");
-        let at_grant = r_granted.recv().expect("R's grant");
-        w.join().expect("W");
-        r.join().expect("R");
+        let during = r_listings.load(Ordering::SeqCst) - before;
+        w.release();
+        let at_grant = r.granted();
+        r.release();
         assert_eq!(
             during, 0,
             "R listed the directory during W's grant and hold"
