@@ -45,6 +45,18 @@ fn start_script(t: &Dir, mode: &str, script: &str, name: &str) -> util::Holder {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(fs::File::create(&stderr).expect("stderr file"));
+    // rwdir leaves a signal it was started with ignored ignored, for COMMAND too (as
+    // `nohup` wants); these tests want the signals forwarded, however the test itself
+    // was started (`nohup cargo test`, a background job with SIGINT ignored).
+    // SAFETY: only signal(2), async-signal-safe, runs between fork and exec.
+    unsafe {
+        cmd.cmd.pre_exec(|| {
+            for sig in [nix::libc::SIGINT, nix::libc::SIGTERM, nix::libc::SIGHUP] {
+                nix::libc::signal(sig, nix::libc::SIG_DFL);
+            }
+            Ok(())
+        });
+    }
     let child = cmd.cmd.spawn().expect("spawn rwdir");
     util::Holder::from_parts(child, ready, stderr, cmd.line, t.root())
 }
