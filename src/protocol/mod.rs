@@ -520,9 +520,13 @@ fn look_before_announcing(at: &mut Attempt<'_>) -> Result<()> {
             return Ok(());
         }
         // V10 (docs/protocol-notes.md): behind queued writers we waited for the youngest
-        // one's file, and the wake-up says it went (that writer left, gave up, or was
-        // judged dead): announce at once, as V1 does; R3 decides.
-        if queued && !removed.is_nothing() {
+        // one's file, and it is gone (that writer left, gave up, or was judged dead and
+        // removed): announce at once, as V1 does; R3 decides. A wake-up for its owner's
+        // death leaves the file in place, for R1 to judge and remove.
+        if let Some((name, _)) = youngest
+            && !removed.is_nothing()
+            && !at.sd.exists(&name)
+        {
             return Ok(());
         }
     }
