@@ -760,8 +760,11 @@ inline qremove(o) {{
                   f"do :: v10i > 0 && Q[v10i] == 0 -> v10i-- :: else -> break od; v10 = Q[v10i]; v10i = 0; "
                   + ("assert(0); " if a.v10_probe == "arm" else "")
                   + P(me, "listdir: pending file(s): sleep on the youngest (V10 armed)") + " }")
-                w(f"    :: d_step {{ v10 != 0 && ({inq10}) -> v10 = 0; "
-                  + P(me, "a look: the pending file waited for is still there (V10 disarmed)") + " }")
+                # a look while armed changes nothing unless a younger writer queued since: the reader
+                # then waits for that one's file instead
+                younger = " || ".join(f"(Q[{j}] == v10 && Q[{j + 1}] != 0)" for j in range(NQ - 1)) or "0"
+                w(f"    :: d_step {{ v10 != 0 && ({younger}) -> v10 = 0; "
+                  + P(me, "a look: a younger writer queued since (V10 disarmed, to wait for its file)") + " }")
                 w(f"    :: d_step {{ v10 != 0 && !({inq10}) -> v10 = 0; " + ("assert(0); " if a.v10_probe == "skip" else "")
                   + P(me, "woken: the pending file waited for is gone; V10 skips R1's listing") + " }; break")
             if a.v1 == "loose":
