@@ -155,9 +155,37 @@ struct Guards {
 }
 
 impl Guards {
+    /// Our guards' files: each one's lock file, and a write guard's pending file, which
+    /// it keeps while it holds (V8, docs/protocol-notes.md): the `.pending_lock-*` whose
+    /// record has the nonce of the `.master_lock` record.
     fn paths(&self) -> Vec<PathBuf> {
-        let r = self.reads.iter().map(ReadGuard::path);
-        r.chain(self.writes.iter().map(WriteGuard::path)).collect()
+        let nonce = |path: &Path| {
+            std::fs::read(path)
+                .ok()
+                .and_then(|b| rwdir::Holder::parse(&b))
+                .map(|h| h.nonce)
+        };
+        let mut paths: Vec<PathBuf> = self.reads.iter().map(ReadGuard::path).collect();
+        for w in &self.writes {
+            let master = w.path();
+            if let (Some(n), Some(state)) = (nonce(&master), master.parent()) {
+                let queue = std::fs::read_dir(state).into_iter().flatten().flatten();
+                paths.extend(
+                    queue
+                        // Regular files only: a planted FIFO would block the read.
+                        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+                        .filter(|e| {
+                            e.file_name()
+                                .to_string_lossy()
+                                .starts_with(".pending_lock-")
+                        })
+                        .map(|e| e.path())
+                        .filter(|p| nonce(p) == Some(n)),
+                );
+            }
+            paths.push(master);
+        }
+        paths
     }
 
     fn release_all(&mut self, what: &str) {
