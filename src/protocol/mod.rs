@@ -263,6 +263,12 @@ impl<'a> Attempt<'a> {
             if self.cancelled() {
                 return None;
             }
+            #[cfg(test)]
+            tests::COVERED_SHARED.with(|n| {
+                if let Some(n) = n.borrow().as_ref() {
+                    n.fetch_add(1, Ordering::SeqCst);
+                }
+            });
             // The pauses may then grow past the usual backstop too.
             self.backoff.stretch(backstop);
             for own in keep {
@@ -957,6 +963,14 @@ pub(crate) fn open_state(cfg: &Config, create: bool) -> Result<Option<StateDir>>
 mod tests {
     use super::*;
 
+    thread_local! {
+        /// Pauses this thread slept on without a look because events covered them
+        /// ([`Attempt::sleep`]), readable from another thread: once there is one, the
+        /// waiter looks again only when woken (or at its backstop).
+        pub(super) static COVERED_SHARED: std::cell::RefCell<Option<std::sync::Arc<std::sync::atomic::AtomicUsize>>> =
+            const { std::cell::RefCell::new(None) };
+    }
+
     fn config(dir: &std::path::Path) -> Config {
         Config {
             dir: dir.to_path_buf(),
@@ -997,17 +1011,16 @@ mod tests {
     }
 
     impl Taker {
-        fn spawn(
-            lk: &crate::DirLock,
-            counter: Option<std::sync::Arc<std::sync::atomic::AtomicUsize>>,
-            write: bool,
-        ) -> Taker {
+        fn spawn(lk: &crate::DirLock, counters: Option<&Counters>, write: bool) -> Taker {
+            let counter = counters.map(|c| std::sync::Arc::clone(&c.listings));
+            let covered = counters.map(|c| std::sync::Arc::clone(&c.covered));
             let (tx, granted) = crossbeam_channel::bounded(1);
             let (release, rx) = crossbeam_channel::bounded::<()>(1);
             let lk = lk.clone();
             let thread = std::thread::spawn(move || {
                 let n = counter.clone();
                 crate::fsops::LISTINGS_SHARED.with(|s| *s.borrow_mut() = n);
+                COVERED_SHARED.with(|s| *s.borrow_mut() = covered);
                 let read = || counter.as_ref().map_or(0, |n| n.load(Ordering::SeqCst));
                 if write {
                     let g = lk.write().expect("write");
@@ -1038,15 +1051,28 @@ mod tests {
         }
     }
 
-    /// The listings another thread makes, and its looking pauses waited out: its first
-    /// look, then one after each of its first LOOKING_PAUSES - 1 pauses (`extra` more for
-    /// a reader, which subscribes at its first pause and looks again); after them, a
-    /// covered wait does not look until its backstop.
-    fn settled(n: &std::sync::atomic::AtomicUsize, extra: usize) -> usize {
-        wait_for("the waiter's looking pauses", || {
-            n.load(Ordering::SeqCst) >= LOOKING_PAUSES as usize + extra
-        });
-        n.load(Ordering::SeqCst)
+    /// What a waiting [`Taker`] reports: its listings, and its pauses slept on without a
+    /// look (covered by events).
+    #[derive(Default)]
+    struct Counters {
+        listings: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+        covered: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    impl Counters {
+        fn listings(&self) -> usize {
+            self.listings.load(Ordering::SeqCst)
+        }
+
+        /// Waits until the waiter's looking pauses are over (its first pause slept on
+        /// without a look: from then on it looks only when woken, or at its backstop of
+        /// 300 × 100 ms), and returns its listings so far.
+        fn settled(&self) -> usize {
+            wait_for("the waiter's looking pauses", || {
+                self.covered.load(Ordering::SeqCst) >= 1
+            });
+            self.listings()
+        }
     }
 
     /// V8 and V9 (docs/protocol-notes.md): one wake-up per grant. Writer B waits for
@@ -1062,15 +1088,15 @@ mod tests {
         let a = lk.write().expect("A");
         let b = Taker::spawn(&lk, None, true);
         wait_for("B queued", || queued(1));
-        let c_listings = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let c = Taker::spawn(&lk, Some(std::sync::Arc::clone(&c_listings)), true);
+        let c_counters = Counters::default();
+        let c = Taker::spawn(&lk, Some(&c_counters), true);
         wait_for("C queued", || queued(2));
-        let before = settled(&c_listings, 0);
+        let before = c_counters.settled();
         drop(a);
         b.granted();
         // B holds for a while: C's wake-up at B's grant, if any, comes within a few ms.
         std::thread::sleep(Duration::from_millis(300));
-        let during = c_listings.load(Ordering::SeqCst) - before;
+        let during = c_counters.listings() - before;
         b.release();
         c.granted();
         c.release();
@@ -1096,13 +1122,13 @@ mod tests {
         });
         drop(x);
         h.granted();
-        let b_listings = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let b = Taker::spawn(&lk, Some(std::sync::Arc::clone(&b_listings)), true);
+        let b_counters = Counters::default();
+        let b = Taker::spawn(&lk, Some(&b_counters), true);
         // B queued; H's own file is shown as the writer's, not as queued.
         wait_for("B queued", || {
             !lk.status().expect("status").pending.is_empty()
         });
-        let before = settled(&b_listings, 0);
+        let before = b_counters.settled();
         h.release();
         let at_grant = b.granted();
         b.release();
@@ -1127,14 +1153,14 @@ mod tests {
         wait_for("W queued", || {
             !lk.status().expect("status").pending.is_empty()
         });
-        let r_listings = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let r = Taker::spawn(&lk, Some(std::sync::Arc::clone(&r_listings)), false);
-        let before = settled(&r_listings, 1);
+        let r_counters = Counters::default();
+        let r = Taker::spawn(&lk, Some(&r_counters), false);
+        let before = r_counters.settled();
         drop(x);
         w.granted();
         // W holds for a while: R's wake-up at W's grant, if any, comes within a few ms.
         std::thread::sleep(Duration::from_millis(300));
-        let during = r_listings.load(Ordering::SeqCst) - before;
+        let during = r_counters.listings() - before;
         w.release();
         let at_grant = r.granted();
         r.release();
