@@ -39,21 +39,26 @@ pub(crate) struct Held {
     queue: Mutex<Option<(LockName, OwnedFd)>>,
     /// The process that created the file; a forked child never releases it.
     owner_pid: u32,
-    /// This guard in the records of the guards held by each thread (self-deadlock check).
-    mark: owned::Mark,
+    /// This guard in the records of the guards held by each thread (self-deadlock
+    /// check); `None` for a guard taken by a task (`DirLock::read_async`): tasks are not
+    /// threads, and many tasks of one thread hold guards independently.
+    mark: Option<owned::Mark>,
     /// Set once the file is found gone or replaced (shared with `mark`).
     lost: Arc<AtomicBool>,
     released: AtomicBool,
 }
 
 impl Held {
-    pub(crate) fn new(sd: Arc<StateDir>, cfg: Arc<Config>, own: Own) -> Arc<Held> {
+    /// A held lock file; `by_thread`: taken by the calling thread (the blocking API),
+    /// which then counts it as its own (`crate::owned`).
+    pub(crate) fn new(sd: Arc<StateDir>, cfg: Arc<Config>, own: Own, by_thread: bool) -> Arc<Held> {
         let kind = match own.name {
             LockName::Master => Kind::Write,
             _ => Kind::Read,
         };
         let lost = Arc::new(AtomicBool::new(false));
-        let mark = owned::Mark::new(&sd, kind, own.name, Arc::clone(&lost), own.pid);
+        let mark =
+            by_thread.then(|| owned::Mark::new(&sd, kind, own.name, Arc::clone(&lost), own.pid));
         let held = Arc::new(Held {
             sd,
             cfg,
@@ -120,7 +125,9 @@ impl Held {
         {
             return Ok(());
         }
-        self.mark.forget();
+        if let Some(mark) = &self.mark {
+            mark.forget();
+        }
         let done = self.release_file();
         // V8: our queue file goes after `.master_lock`, whatever became of that: its name
         // is unique, so if it is there, it is ours. Closed before the unlink on a remote
@@ -478,10 +485,15 @@ impl WriteGuard {
             spent: Vec::new(),
             queue: None,
             pid: record.pid,
-            touched: std::cell::Cell::new(Instant::now()),
+            touched: parking_lot::Mutex::new(Instant::now()),
         };
         let reader = ReadGuard {
-            held: Held::new(Arc::clone(&held.sd), Arc::clone(&held.cfg), own),
+            held: Held::new(
+                Arc::clone(&held.sd),
+                Arc::clone(&held.cfg),
+                own,
+                held.mark.is_some(),
+            ),
         };
         self.release()?;
         Ok(reader)

@@ -421,7 +421,12 @@ impl DirLock {
         let sd = self.state()?;
         self.not_mine(&sd, Kind::Read)?;
         let own = protocol::read(&sd, &self.cfg, deadline)?;
-        Ok(ReadGuard::new(Held::new(sd, Arc::clone(&self.cfg), own)))
+        Ok(ReadGuard::new(Held::new(
+            sd,
+            Arc::clone(&self.cfg),
+            own,
+            true,
+        )))
     }
 
     fn acquire_write(&self, deadline: Deadline) -> Result<WriteGuard> {
@@ -429,7 +434,150 @@ impl DirLock {
         self.not_mine(&sd, Kind::Write)?;
         let (own, token) = protocol::write(&sd, &self.cfg, deadline)?;
         Ok(WriteGuard::new(
-            Held::new(sd, Arc::clone(&self.cfg), own),
+            Held::new(sd, Arc::clone(&self.cfg), own, true),
+            token,
+        ))
+    }
+
+    /// The state directory for an async acquisition, or the error for calling one
+    /// outside a tokio runtime (tokio's own functions would panic there).
+    #[cfg(feature = "tokio")]
+    fn state_async(&self) -> Result<Arc<StateDir>> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(Error::Io {
+                action: "wait for the lock on",
+                path: self.cfg.dir.clone(),
+                source: std::io::Error::other(
+                    "no tokio runtime: call `read_async`/`write_async` within one \
+                     (with its time and I/O drivers, as `#[tokio::main]` makes it)",
+                ),
+            });
+        }
+        self.state()
+    }
+
+    /// Takes a shared (read) lock, waiting on the tokio reactor as long as it takes:
+    /// [`DirLock::read`] for async code (feature `tokio`).
+    ///
+    /// The wait is driven by the runtime: the process's one inotify watch of the state
+    /// directory, shared with every other waiter (blocking or async), registered with
+    /// the reactor, and the polling floor as a `tokio::time` sleep. No thread is parked
+    /// per waiting task; thousands of tasks can wait at once. The protocol's steps
+    /// between two waits (a listing, a file created or removed: microseconds on a local
+    /// filesystem, a round trip each on a network one) run on the task itself, as
+    /// `tokio::fs` would not make them shorter.
+    ///
+    /// Bound the wait with [`tokio::time::timeout`] or `timeout_at`; a
+    /// [`Cancel`] handle given to the builder ends it too. The guard is released by
+    /// [`ReadGuard::release`] or by drop, as any other: one `unlink` and no wait, so
+    /// releasing from async code never blocks the runtime for longer than that. Guards
+    /// are kept fresh by the process's heartbeat thread, as every guard (a thread, not a
+    /// task: it beats whatever the runtime is busy with, and after it shuts down).
+    ///
+    /// Needs a tokio runtime with its time and I/O drivers (`#[tokio::main]`,
+    /// `Builder::enable_all`), current-thread or multi-thread.
+    ///
+    /// # Cancel safety
+    ///
+    /// This method is cancel safe: if the future is dropped before it completes (a
+    /// timeout, the other branch of a `select!`, an aborted task), no lock is taken and
+    /// nothing of this acquisition stays in the state directory. A reader owns no file
+    /// while it waits; a drop between its announcement and its decisive look cannot
+    /// happen, as no `.await` lies between them.
+    ///
+    /// Unlike [`DirLock::read`], it makes no [`Error::WouldDeadlock`] check: the guards
+    /// of tasks are not the guards of threads. A task that holds a read guard and waits
+    /// for a write through the same process waits until that guard is released, as with
+    /// `tokio::sync::RwLock`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] and [`Error::NotADirectory`] for filesystem problems (each names
+    /// the path), [`Error::Cancelled`] through a [`Cancel`] handle, and [`Error::Io`]
+    /// when called outside a tokio runtime.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let lock = rwdir::DirLock::new(dir.path())?;
+    /// let w = lock.write_async().await?;
+    /// // A reader waits behind the writer, without blocking the runtime ...
+    /// let r = tokio::time::timeout(Duration::from_millis(50), lock.read_async()).await;
+    /// assert!(r.is_err(), "timed out");
+    /// drop(w);
+    /// // ... and gets in once it has gone.
+    /// let r = lock.read_async().await?;
+    /// assert_eq!(lock.status()?.readers.len(), 1);
+    /// drop(r);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "tokio")]
+    pub async fn read_async(&self) -> Result<ReadGuard> {
+        let sd = self.state_async()?;
+        let own = protocol::read_in(&sd, &self.cfg, Deadline::Never, protocol::Mode::Async).await?;
+        Ok(ReadGuard::new(Held::new(
+            sd,
+            Arc::clone(&self.cfg),
+            own,
+            false,
+        )))
+    }
+
+    /// Takes the exclusive (write) lock, waiting on the tokio reactor as long as it
+    /// takes: [`DirLock::write`] for async code (feature `tokio`). Writers are served
+    /// first come, first served, whether they wait as tasks, as threads, or in other
+    /// processes and hosts.
+    ///
+    /// Waits as [`DirLock::read_async`] does (see there: the reactor, timeouts,
+    /// release, heartbeat, runtimes, and no [`Error::WouldDeadlock`] check).
+    ///
+    /// # Cancel safety
+    ///
+    /// This method is cancel safe: if the future is dropped before it completes (a
+    /// timeout, the other branch of a `select!`, an aborted task), no lock is taken, and
+    /// the files it made are removed as it is dropped: its queue file, and a
+    /// `.master_lock` it had made while it waited for readers to leave (removed only
+    /// while still its own). The next writer in the queue, or the readers it kept
+    /// waiting, go on at once. The lock is never left held by nobody.
+    ///
+    /// # Errors
+    ///
+    /// As [`DirLock::read_async`], and [`Error::LockLost`] or
+    /// [`Error::TokensExhausted`] as [`DirLock::write`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let lock = rwdir::DirLock::new(dir.path())?;
+    /// let r = lock.read_async().await?;
+    /// // The writer waits for the reader; given up after 50 ms, it leaves nothing behind.
+    /// let w = tokio::time::timeout(Duration::from_millis(50), lock.write_async()).await;
+    /// assert!(w.is_err(), "timed out");
+    /// assert!(lock.status()?.pending.is_empty() && lock.status()?.writer.is_none());
+    /// drop(r);
+    /// let w = lock.write_async().await?;
+    /// println!("fencing token {}", w.token());
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "tokio")]
+    pub async fn write_async(&self) -> Result<WriteGuard> {
+        let sd = self.state_async()?;
+        let (own, token) =
+            protocol::write_in(&sd, &self.cfg, Deadline::Never, protocol::Mode::Async).await?;
+        Ok(WriteGuard::new(
+            Held::new(sd, Arc::clone(&self.cfg), own, false),
             token,
         ))
     }

@@ -35,6 +35,7 @@ use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::task::Waker;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
@@ -219,6 +220,19 @@ struct Member {
     following: Arc<AtomicBool>,
     /// Which removals concern it.
     interest: Arc<Mutex<Interest>>,
+    /// Wakes the subscriber's task when it waits on the reactor (`wait_async`).
+    task: Arc<Mutex<Option<Waker>>>,
+}
+
+impl Member {
+    /// Wakes the subscriber, whether a thread or a task waits on it.
+    fn wake(&self) {
+        // A full channel already holds a wake-up: coalesce.
+        let _ = self.tx.try_send(());
+        if let Some(w) = self.task.lock().take() {
+            w.wake();
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -243,8 +257,7 @@ impl Watcher {
                 continue;
             }
             removed.add_to(&m.changed);
-            // A full channel already holds a wake-up: coalesce.
-            let _ = m.tx.try_send(());
+            m.wake();
         }
     }
 
@@ -253,7 +266,7 @@ impl Watcher {
         self.leading.store(false, Ordering::SeqCst);
         for m in self.members.lock().iter().filter(|m| Some(m.id) != me) {
             if m.following.load(Ordering::SeqCst) {
-                let _ = m.tx.try_send(());
+                m.wake();
             }
         }
     }
@@ -289,8 +302,28 @@ impl Watcher {
     /// descriptor stays readable for the next look). Returns the removals that can end
     /// some wait; none when no wait can have ended.
     fn drain(&self) -> Vec<Event> {
+        self.read(false)
+    }
+
+    /// [`Watcher::drain`], or, with `all`, every read until the queue is empty: an
+    /// edge-triggered reactor (`AsyncFd`) reports the descriptor readable again only
+    /// after that.
+    fn read(&self, all: bool) -> Vec<Event> {
+        let mut found = Vec::new();
         loop {
             match self.inotify.read_events() {
+                Ok(events) if all && !events.is_empty() => {
+                    let gone = events.iter().any(|e| {
+                        e.mask
+                            .intersects(AddWatchFlags::IN_IGNORED | AddWatchFlags::IN_DELETE_SELF)
+                    });
+                    if gone {
+                        self.dead.store(true, Ordering::SeqCst);
+                        return vec![Event::Anything];
+                    }
+                    found.extend(events.iter().filter_map(event));
+                }
+                Ok(_) if all => return found,
                 Ok(events) => {
                     let gone = events.iter().any(|e| {
                         e.mask
@@ -304,7 +337,7 @@ impl Watcher {
                     return events.iter().filter_map(event).collect();
                 }
                 Err(Errno::EINTR) => {}
-                Err(Errno::EAGAIN) => return Vec::new(),
+                Err(Errno::EAGAIN) => return found,
                 Err(_) => {
                     self.dead.store(true, Ordering::SeqCst);
                     return vec![Event::Anything];
@@ -322,6 +355,9 @@ pub(crate) struct Subscription<'d> {
     changed: Arc<AtomicU8>,
     following: Arc<AtomicBool>,
     interest: Arc<Mutex<Interest>>,
+    /// Where `wait_async` leaves its task's waker for the watcher ([`Member::task`]).
+    #[cfg_attr(not(feature = "tokio"), expect(dead_code))]
+    task: Arc<Mutex<Option<Waker>>>,
     watcher: Arc<Watcher>,
     /// `/proc/self/fd/N` of the state directory, to name a file to watch.
     dir_link: String,
@@ -672,6 +708,183 @@ impl Subscription<'_> {
     }
 }
 
+/// Waiting on the tokio reactor (issue #15): the same watch, members and lead as the
+/// blocking waits, so that sync and async waiters of one process share one inotify
+/// instance per state directory. A task that leads registers the instance with the
+/// reactor (`AsyncFd`) for as long as it leads, and a task that follows leaves its
+/// waker where the leader (a thread or a task) finds it. No thread is parked for a
+/// task, and a task never blocks its runtime's thread to wait.
+///
+/// Waits on one file (a thread's own instance, `wait_for_file`) are not made here: an
+/// instance per task would run into `max_user_instances` (128 by default) long before
+/// thousands of tasks, and a pidfd per task the same. The shared watch still passes each
+/// event only to the waiters it concerns ([`Interest`]).
+#[cfg(feature = "tokio")]
+mod reactor {
+    use std::future::poll_fn;
+    use std::os::fd::OwnedFd;
+    use std::pin::Pin;
+    use std::sync::atomic::Ordering;
+    use std::task::Poll;
+    use std::time::Duration;
+
+    use tokio::io::unix::AsyncFd;
+    use tokio::time::Sleep;
+
+    use super::{AsFd, Event, Removed, Subscription};
+    use crate::sys;
+
+    /// A task's lead: deregisters the descriptor, then hands the lead on, when dropped,
+    /// also when the task's future is dropped while it leads (a cancelled wait).
+    struct Lead<'s, 'd> {
+        sub: &'s Subscription<'d>,
+        /// A duplicate of the shared instance's descriptor, registered with the
+        /// reactor for this lead only.
+        fd: Option<AsyncFd<OwnedFd>>,
+    }
+
+    impl Drop for Lead<'_, '_> {
+        fn drop(&mut self) {
+            // Deregistered before the next leader can register it (on the same reactor,
+            // a second registration of the descriptor would be refused).
+            drop(self.fd.take());
+            self.sub.watcher.resign(Some(self.sub.id));
+        }
+    }
+
+    impl Lead<'_, '_> {
+        /// [`Subscription::lead`] on the reactor. `Err(())`: the descriptor cannot be
+        /// registered (a runtime without its I/O driver, no descriptor left): the
+        /// caller gives up the lead and waits by time only.
+        async fn run(&mut self, mut sleep: Pin<&mut Sleep>) -> Result<Removed, ()> {
+            let sub = self.sub;
+            let w = &sub.watcher;
+            let registered = w
+                .inotify
+                .as_fd()
+                .try_clone_to_owned()
+                .and_then(sys::register_readable);
+            let fd = match registered {
+                Ok(fd) => &*self.fd.insert(fd),
+                Err(_) => return Err(()),
+            };
+            loop {
+                let removed = Removed::take(&sub.changed);
+                if !removed.is_nothing() {
+                    return Ok(removed);
+                }
+                let ready = poll_fn(|cx| {
+                    match fd.poll_read_ready(cx) {
+                        Poll::Ready(Ok(mut g)) => {
+                            // Read to the end below: the next edge comes after that.
+                            g.clear_ready();
+                            return Poll::Ready(Some(true));
+                        }
+                        Poll::Ready(Err(_)) => return Poll::Ready(Some(false)),
+                        Poll::Pending => {}
+                    }
+                    match sleep.as_mut().poll(cx) {
+                        Poll::Ready(()) => Poll::Ready(None),
+                        Poll::Pending => Poll::Pending,
+                    }
+                })
+                .await;
+                match ready {
+                    None => return Ok(Removed::NOTHING),
+                    Some(true) => {
+                        let events = w.read(true);
+                        w.broadcast(&events, Some(sub.id));
+                        let removed = sub.interest.lock().concern_all(&events);
+                        if !removed.is_nothing() {
+                            return Ok(removed);
+                        }
+                    }
+                    Some(false) => {
+                        w.dead.store(true, Ordering::SeqCst);
+                        w.broadcast(&[Event::Anything], Some(sub.id));
+                        return Ok(Removed::OTHER);
+                    }
+                }
+            }
+        }
+    }
+
+    impl Subscription<'_> {
+        /// [`Subscription::wait`] on the tokio reactor: waits for a change or for
+        /// `pause`, whichever comes first, and returns what was removed since the last
+        /// wait or [`Subscription::forget`].
+        ///
+        /// Cancel safety: dropped at its `.await`, it leaves the watcher as it found
+        /// it; a lead it held is handed on ([`Lead`]'s drop), and a waker it left is
+        /// only ever woken in vain.
+        pub(crate) async fn wait_async(&self, pause: Duration) -> Removed {
+            self.covered.store(false, Ordering::Relaxed);
+            let mut sleep = std::pin::pin!(tokio::time::sleep(pause));
+            let w = &self.watcher;
+            if w.dead.load(Ordering::SeqCst) {
+                // Polling is the floor.
+                sleep.await;
+                return Removed::NOTHING;
+            }
+            loop {
+                let removed = Removed::take(&self.changed);
+                if !removed.is_nothing() {
+                    return removed;
+                }
+                if w.dead.load(Ordering::SeqCst) {
+                    return Removed::OTHER;
+                }
+                // As `follow_or_lead`: a follower first, so that a leader resigning
+                // meanwhile wakes us.
+                self.following.store(true, Ordering::SeqCst);
+                if w.leading
+                    .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_ok()
+                {
+                    self.following.store(false, Ordering::SeqCst);
+                    let mut lead = Lead {
+                        sub: self,
+                        fd: None,
+                    };
+                    match lead.run(sleep.as_mut()).await {
+                        Ok(removed) => {
+                            drop(lead);
+                            return removed | Removed::take(&self.changed);
+                        }
+                        Err(()) => {
+                            drop(lead);
+                            sleep.await;
+                            return Removed::take(&self.changed);
+                        }
+                    }
+                }
+                let got = poll_fn(|cx| {
+                    // The waker first, then the checks: a change or a resignation
+                    // after this point wakes us, one before it is seen below.
+                    *self.task.lock() = Some(cx.waker().clone());
+                    if self.changed.load(Ordering::SeqCst) != 0
+                        || !w.leading.load(Ordering::SeqCst)
+                        || w.dead.load(Ordering::SeqCst)
+                    {
+                        return Poll::Ready(true);
+                    }
+                    match sleep.as_mut().poll(cx) {
+                        Poll::Ready(()) => Poll::Ready(false),
+                        Poll::Pending => Poll::Pending,
+                    }
+                })
+                .await;
+                self.following.store(false, Ordering::SeqCst);
+                drop(self.task.lock().take());
+                if !got {
+                    // The pause is over (a change that came meanwhile is reported too).
+                    return Removed::take(&self.changed);
+                }
+            }
+        }
+    }
+}
+
 /// What ended a [`wait_readable`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Ready {
@@ -753,12 +966,14 @@ pub(crate) fn subscribe(dir: BorrowedFd<'_>) -> Option<Subscription<'_>> {
     let changed = Arc::new(AtomicU8::new(0));
     let following = Arc::new(AtomicBool::new(false));
     let interest = Arc::new(Mutex::new(Interest::ALL));
+    let task = Arc::new(Mutex::new(None));
     watcher.members.lock().push(Member {
         id,
         tx,
         changed: Arc::clone(&changed),
         following: Arc::clone(&following),
         interest: Arc::clone(&interest),
+        task: Arc::clone(&task),
     });
     Some(Subscription {
         id,
@@ -766,6 +981,7 @@ pub(crate) fn subscribe(dir: BorrowedFd<'_>) -> Option<Subscription<'_>> {
         changed,
         following,
         interest,
+        task,
         watcher,
         dir_link: format!("/proc/self/fd/{}", dir.as_fd().as_raw_fd()),
         dir,

@@ -1,5 +1,8 @@
-//! Deadlines and the polling back-off.
+//! Deadlines, the polling back-off, and the executor of blocking acquisitions.
 
+use std::future::Future;
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use crate::notify::{Removed, Subscription};
@@ -22,6 +25,34 @@ impl Deadline {
             Some(t) => Deadline::At(t),
             None => Deadline::Never,
         }
+    }
+}
+
+/// Runs an acquisition's future on the calling thread.
+///
+/// The protocol is written once, as `async` functions whose only `.await` is the pause
+/// between two looks (`protocol::Attempt::wait`). In [`crate::protocol::Mode::Blocking`]
+/// that pause blocks the thread itself, so the future is ready at its first poll: the
+/// blocking API pays one poll and no allocation for being async underneath. Should a
+/// future ever return `Pending` here, the thread parks until it is woken.
+pub(crate) fn block_on<F: Future>(f: F) -> F::Output {
+    let mut f = std::pin::pin!(f);
+    if let Poll::Ready(v) = f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        return v;
+    }
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    loop {
+        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::park();
     }
 }
 
@@ -81,6 +112,26 @@ impl Backoff {
         d
     }
 
+    /// The next pause, cut to the deadline and to `until` (see [`Backoff::sleep`]);
+    /// `None` when the deadline has passed or the call may not sleep at all.
+    pub(crate) fn pause(&mut self, deadline: Deadline, until: Option<Instant>) -> Option<Duration> {
+        let now = Instant::now();
+        let pause = match deadline {
+            Deadline::Once => return None,
+            Deadline::Never => self.step(),
+            Deadline::At(t) => {
+                if now >= t {
+                    return None;
+                }
+                self.step().min(t - now)
+            }
+        };
+        Some(match until {
+            Some(u) => pause.min(u.saturating_duration_since(now)).max(Self::FLOOR),
+            None => pause,
+        })
+    }
+
     /// Sleeps for the next step, cut to the deadline and to `until` (the next renewal of
     /// the waiter's own files). Returns `None` (without sleeping) when the deadline has
     /// passed or the call may not sleep at all, else what the subscription saw removed
@@ -93,21 +144,7 @@ impl Backoff {
         until: Option<Instant>,
         wake: Option<&Subscription<'_>>,
     ) -> Option<Removed> {
-        let now = Instant::now();
-        let pause = match deadline {
-            Deadline::Once => return None,
-            Deadline::Never => self.step(),
-            Deadline::At(t) => {
-                if now >= t {
-                    return None;
-                }
-                self.step().min(t - now)
-            }
-        };
-        let pause = match until {
-            Some(u) => pause.min(u.saturating_duration_since(now)).max(Self::FLOOR),
-            None => pause,
-        };
+        let pause = self.pause(deadline, until)?;
         Some(match wake {
             Some(sub) => sub.wait(pause),
             None => {

@@ -2,7 +2,7 @@
 //! broken only through B0–B4; A1 removes every lock file, for when no process uses the
 //! lock.
 
-use super::{Attempt, break_master};
+use super::{Attempt, Mode, break_master};
 use crate::config::Config;
 use crate::entry::Entry;
 use crate::error::{Error, Result};
@@ -10,7 +10,7 @@ use crate::fsops::StateDir;
 use crate::holder::Kind;
 use crate::judge::Judge;
 use crate::names::LockName;
-use crate::wait::Deadline;
+use crate::wait::{Deadline, block_on};
 
 /// C1–C3: removes dead holders' files; returns what was removed.
 pub(crate) fn cleanup(sd: &StateDir, cfg: &Config, dry_run: bool) -> Result<Vec<Entry>> {
@@ -41,9 +41,10 @@ pub(crate) fn cleanup(sd: &StateDir, cfg: &Config, dry_run: bool) -> Result<Vec<
             cfg,
             Deadline::after(cfg.max_poll.saturating_mul(20)),
             Kind::Break,
+            Mode::Blocking,
         );
         let broken = dry_run
-            || match break_master(&mut at, &[]) {
+            || match block_on(break_master(&mut at, &[])) {
                 Ok(broken) => broken,
                 // Another live breaker kept it busy (B0, B2): that one removes the file.
                 // This call removed nothing, which is not a failure of cleanup.

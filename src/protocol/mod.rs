@@ -20,7 +20,7 @@ use crate::notify::{self, Interest, Removed, Subscription};
 use crate::owned;
 use crate::status;
 use crate::sys::{self, ExitWatch, Identity};
-use crate::wait::{Backoff, Deadline};
+use crate::wait::{Backoff, Deadline, block_on};
 
 mod cleanup;
 
@@ -45,7 +45,9 @@ pub(crate) struct Own {
     /// The process that made the file (in its record); a forked child never releases it.
     pub(crate) pid: u32,
     /// When the file's mtime was last set: at its creation, or by [`Own::keep_fresh`].
-    pub(crate) touched: Cell<Instant>,
+    /// A mutex, not a `Cell`: an async acquisition holds `&Own` across its waits, so
+    /// `Own` must be `Sync` for the future to be `Send`.
+    pub(crate) touched: parking_lot::Mutex<Instant>,
 }
 
 impl Own {
@@ -56,7 +58,7 @@ impl Own {
     /// Best effort: a file that was lost meanwhile is found by the checks that decide
     /// (W2's listing for a pending file, W6 for `.master_lock`).
     fn keep_fresh(&self, period: Duration) {
-        if self.touched.get().elapsed() >= period {
+        if self.touched.lock().elapsed() >= period {
             self.touch();
         }
     }
@@ -64,12 +66,12 @@ impl Own {
     /// Sets the file's mtime to now, through our own descriptor.
     fn touch(&self) {
         let _ = StateDir::touch(&self.created.fd);
-        self.touched.set(Instant::now());
+        *self.touched.lock() = Instant::now();
     }
 
     /// When [`Own::keep_fresh`] must run next.
     fn due(&self, period: Duration) -> Option<Instant> {
-        self.touched.get().checked_add(period)
+        self.touched.lock().checked_add(period)
     }
 
     /// Closes our descriptor and gives back the name to unlink: the descriptor must be
@@ -79,9 +81,24 @@ impl Own {
     }
 }
 
+/// How an acquisition waits between its looks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// On the calling thread (`ppoll`, channels, `thread::sleep`): the protocol's
+    /// futures never return `Pending` ([`block_on`]).
+    Blocking,
+    /// On the tokio reactor (issue #15): the shared inotify descriptor through
+    /// `AsyncFd`, the polling floor as a `tokio::time` sleep. No thread of the
+    /// process's own guards is asked about ([`crate::owned`] tracks threads, and tasks
+    /// are not threads).
+    #[cfg(feature = "tokio")]
+    Async,
+}
+
 /// One acquisition in progress.
 struct Attempt<'a> {
     sd: &'a StateDir,
+    mode: Mode,
     cfg: &'a Config,
     judge: Judge<'a>,
     /// Who we are, for our records: read once, so that a `put` after a wake-up asks
@@ -134,9 +151,16 @@ const LOOKING_PAUSES: u32 = 4;
 const SPARE_FRESH: Duration = Duration::from_millis(20);
 
 impl<'a> Attempt<'a> {
-    fn new(sd: &'a StateDir, cfg: &'a Config, deadline: Deadline, want: Kind) -> Attempt<'a> {
+    fn new(
+        sd: &'a StateDir,
+        cfg: &'a Config,
+        deadline: Deadline,
+        want: Kind,
+        mode: Mode,
+    ) -> Attempt<'a> {
         Attempt {
             sd,
+            mode,
             cfg,
             judge: Judge::new(sd, cfg),
             me: sys::identity(),
@@ -209,7 +233,7 @@ impl<'a> Attempt<'a> {
     ///
     /// `keep` are the files we own while waiting: each is renewed when due, and the pause
     /// ends in time for the next renewal, whatever the poll interval.
-    fn sleep(&mut self, keep: &[&Own]) -> Option<Removed> {
+    async fn sleep(&mut self, keep: &[&Own]) -> Option<Removed> {
         if self.cancelled() {
             return None;
         }
@@ -234,9 +258,7 @@ impl<'a> Attempt<'a> {
         }
         let mut renew = renew;
         loop {
-            let removed = self
-                .backoff
-                .sleep(self.deadline, renew, self.wake.as_ref())?;
+            let removed = self.wait(renew, keep).await?;
             self.pauses = self.pauses.saturating_add(1);
             // A pause that ran out while both the file waited for and its owner's exit
             // were watched (`Subscription::covered`) saw nothing a look would judge: it
@@ -278,6 +300,41 @@ impl<'a> Attempt<'a> {
         }
     }
 
+    /// One pause of [`Attempt::sleep`], on the calling thread or on the reactor
+    /// ([`Mode`]).
+    ///
+    /// Cancel safety: the one `.await` of an acquisition is here. Should its future be
+    /// dropped while it waits (a `tokio::time::timeout`, a `select!`, an aborted task),
+    /// [`Withdraw`] removes the files `keep` names, which are all the files the
+    /// acquisition owns at each of its pauses: nothing is left behind, and no
+    /// `.master_lock` stays with nobody to release it.
+    #[cfg_attr(not(feature = "tokio"), expect(clippy::unused_async))]
+    async fn wait(&mut self, renew: Option<Instant>, keep: &[&Own]) -> Option<Removed> {
+        match self.mode {
+            Mode::Blocking => {
+                let _ = keep;
+                self.backoff.sleep(self.deadline, renew, self.wake.as_ref())
+            }
+            #[cfg(feature = "tokio")]
+            Mode::Async => {
+                let pause = self.backoff.pause(self.deadline, renew)?;
+                let undo = Withdraw {
+                    sd: self.sd,
+                    keep: Some(keep),
+                };
+                let removed = match &self.wake {
+                    Some(w) => w.wait_async(pause).await,
+                    None => {
+                        tokio::time::sleep(pause).await;
+                        Removed::NOTHING
+                    }
+                };
+                undo.disarm();
+                Some(removed)
+            }
+        }
+    }
+
     /// Subscribes to the state directory's changes, unless this attempt may not sleep
     /// (`try_*`) or has done so already; whether a subscription was made. A caller that
     /// expects to wait subscribes before its first look, which then needs no second
@@ -303,13 +360,20 @@ impl<'a> Attempt<'a> {
 
     /// [`Attempt::sleep`], or the error for giving up ([`Attempt::give_up`]) when the
     /// caller has nothing of its own to undo first.
-    fn pause(&mut self, keep: &[&Own]) -> Result<Removed> {
-        self.sleep(keep).ok_or_else(|| self.give_up())
+    async fn pause(&mut self, keep: &[&Own]) -> Result<Removed> {
+        match self.sleep(keep).await {
+            Some(removed) => Ok(removed),
+            None => Err(self.give_up()),
+        }
     }
 
     /// A reader about to wait, while a writer holds or waits: [`Error::WouldDeadlock`]
     /// if the calling thread holds a read guard here, which that writer waits for.
     fn not_waiting_for_myself(&self) -> Result<()> {
+        if self.mode != Mode::Blocking {
+            // Tasks are not threads: see `Mode::Async`.
+            return Ok(());
+        }
         let Some(mine) = owned::mine_waited_for(self.sd) else {
             return Ok(());
         };
@@ -377,8 +441,41 @@ impl<'a> Attempt<'a> {
             spent: Vec::new(),
             queue: None,
             pid: holder.pid,
-            touched: Cell::new(Instant::now()),
+            touched: parking_lot::Mutex::new(Instant::now()),
         }))
+    }
+}
+
+/// Removes an async acquisition's files should its future be dropped while it waits
+/// (see [`Attempt::wait`]); [`Withdraw::disarm`] once the wait is over.
+#[cfg(feature = "tokio")]
+struct Withdraw<'k, 'o> {
+    sd: &'k StateDir,
+    keep: Option<&'k [&'o Own]>,
+}
+
+#[cfg(feature = "tokio")]
+impl Withdraw<'_, '_> {
+    fn disarm(mut self) {
+        self.keep = None;
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl Drop for Withdraw<'_, '_> {
+    fn drop(&mut self) {
+        let Some(keep) = self.keep.take() else {
+            return;
+        };
+        // `.master_lock` first, and only while it is ours (a judge by lease may have
+        // broken it meanwhile), then our queue file (V8) and any breaker's marker: their
+        // names are unique, so if they are there, they are ours.
+        for own in keep.iter().filter(|o| o.name == LockName::Master) {
+            let _ = self.sd.unlink_own(&own.name, &own.created, own.nonce);
+        }
+        for own in keep.iter().filter(|o| o.name != LockName::Master) {
+            let _ = self.sd.unlink(&own.name);
+        }
     }
 }
 
@@ -411,9 +508,19 @@ pub(crate) fn now_ns() -> u64 {
         .unwrap_or(0)
 }
 
-/// Read-acquire, R1–R3.
+/// Read-acquire, R1–R3, on the calling thread.
 pub(crate) fn read(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<Own> {
-    let mut at = Attempt::new(sd, cfg, deadline, Kind::Read);
+    block_on(read_in(sd, cfg, deadline, Mode::Blocking))
+}
+
+/// Read-acquire, R1–R3, waiting as `mode` says.
+pub(crate) async fn read_in(
+    sd: &StateDir,
+    cfg: &Config,
+    deadline: Deadline,
+    mode: Mode,
+) -> Result<Own> {
+    let mut at = Attempt::new(sd, cfg, deadline, Kind::Read, mode);
     // V7 (docs/protocol-notes.md): the last read through this handle found the directory
     // free at R3, so this one announces at once, without R1's listing. R3 still decides,
     // from a listing that must then be one snapshot, and a failed R3 goes back to R1.
@@ -422,7 +529,7 @@ pub(crate) fn read(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<Ow
         let skipped = std::mem::take(&mut fast);
         // R1: look before announcing (liveness and writer priority only).
         if !skipped {
-            look_before_announcing(&mut at)?;
+            look_before_announcing(&mut at).await?;
         }
         // R2: announce.
         let Some(own) = at.put(
@@ -460,12 +567,12 @@ pub(crate) fn read(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<Ow
         } else {
             Interest::WRITERS
         };
-        at.pause(&[])?;
+        at.pause(&[]).await?;
     }
 }
 
 /// R1: lists (and judges) until no writer holds or waits, sleeping in between.
-fn look_before_announcing(at: &mut Attempt<'_>) -> Result<()> {
+async fn look_before_announcing(at: &mut Attempt<'_>) -> Result<()> {
     loop {
         at.look();
         let l = at.sd.list()?;
@@ -488,7 +595,7 @@ fn look_before_announcing(at: &mut Attempt<'_>) -> Result<()> {
         if l.master {
             match at.judge.judge(&LockName::Master)? {
                 j if j.is_dead() => {
-                    break_master(at, &[])?;
+                    break_master(at, &[]).await?;
                     continue;
                 }
                 j => {
@@ -521,7 +628,7 @@ fn look_before_announcing(at: &mut Attempt<'_>) -> Result<()> {
             Some((name, owner)) => (Interest::only(name), owner),
             None => (Interest::MASTER, master_owner),
         };
-        let removed = at.pause(&[])?;
+        let removed = at.pause(&[]).await?;
         if !queued && removed.has_master() {
             return Ok(());
         }
@@ -538,13 +645,24 @@ fn look_before_announcing(at: &mut Attempt<'_>) -> Result<()> {
     }
 }
 
-/// Write-acquire, W1–W6. Returns our `.master_lock` and the fencing token.
+/// Write-acquire, W1–W6, on the calling thread. Returns our `.master_lock` and the
+/// fencing token.
 pub(crate) fn write(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<(Own, u64)> {
-    let mut at = Attempt::new(sd, cfg, deadline, Kind::Write);
+    block_on(write_in(sd, cfg, deadline, Mode::Blocking))
+}
+
+/// Write-acquire, W1–W6, waiting as `mode` says.
+pub(crate) async fn write_in(
+    sd: &StateDir,
+    cfg: &Config,
+    deadline: Deadline,
+    mode: Mode,
+) -> Result<(Own, u64)> {
+    let mut at = Attempt::new(sd, cfg, deadline, Kind::Write, mode);
     // V6 (docs/protocol-notes.md): no writer holds or waits, so no pending file.
     if let Some((master, hint)) = fast_path(&at)? {
         at.spares_wanted = &[];
-        return enter(&mut at, master, None, hint);
+        return enter(&mut at, master, None, hint).await;
     }
     // The last write here waited, or the look just made found a writer: this one will
     // most likely wait too. Subscribing before W2's first look spares a second one.
@@ -555,7 +673,7 @@ pub(crate) fn write(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<(
     let mut pending = queue(&at)?;
     at.exclude = Some(pending.name);
     // W2: wait for our turn, then create the one exclusive `.master_lock`.
-    let (master, hint) = match wait_turn(&mut at, &mut pending) {
+    let (master, hint) = match wait_turn(&mut at, &mut pending).await {
         Ok(m) => m,
         Err(e) => {
             let _ = sd.unlink(&pending.close());
@@ -565,7 +683,7 @@ pub(crate) fn write(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<(
     // W5 waits for readers to leave, and nothing it does after a wake-up creates a
     // file; the token's spare, if any, is used by W4 first.
     at.spares_wanted = &[];
-    enter(&mut at, master, Some(pending), hint)
+    enter(&mut at, master, Some(pending), hint).await
 }
 
 /// V6, the fast path (docs/protocol-notes.md): a listing that shows no `.master_lock` and
@@ -599,7 +717,7 @@ fn fast_path(at: &Attempt<'_>) -> Result<Option<(Own, (u64, bool))>> {
 /// check that `.master_lock` is still ours. Returns it with the token, and with our
 /// pending file (`pending`, none after V6) in [`Own::queue`]: V8 keeps it until the
 /// release, and W3 is gone.
-fn enter(
+async fn enter(
     at: &mut Attempt<'_>,
     mut master: Own,
     pending: Option<Own>,
@@ -618,12 +736,13 @@ fn enter(
             let _ = sd.unlink(&p.close());
         }
     };
-    let steps = |at: &mut Attempt<'_>| -> Result<Option<(u64, Vec<OwnedFd>)>> {
+    let steps = async {
         let mut spent = Vec::new();
         let (token, first) = fencing_token(at, hint, &mut spent)?;
-        Ok(drain(at, &master, first)?.then_some((token, spent)))
+        let drained = drain(at, &master, pending.as_ref(), first).await?;
+        Ok::<_, Error>(drained.then_some((token, spent)))
     };
-    let (token, spent) = match steps(at) {
+    let (token, spent) = match steps.await {
         Ok(Some(done)) => done,
         Ok(None) => {
             // Gave up. Removed first: the error names who is in our way, not us.
@@ -702,7 +821,13 @@ fn fencing_token(
 /// W5: waits until the readers drain, starting from `l`, a listing made after our
 /// `.master_lock` existed, and keeps `.master_lock` fresh meanwhile. `Ok(false)`: the
 /// deadline passed or the acquisition was cancelled.
-fn drain(at: &mut Attempt<'_>, master: &Own, mut l: Listing) -> Result<bool> {
+/// `pending`, our queue file (V8), is kept fresh too.
+async fn drain(
+    at: &mut Attempt<'_>,
+    master: &Own,
+    pending: Option<&Own>,
+    mut l: Listing,
+) -> Result<bool> {
     loop {
         // Every listed reader is gone or was dead and removed: drained. The listing was
         // made after our `.master_lock` existed, so a reader missing from it announced
@@ -713,7 +838,11 @@ fn drain(at: &mut Attempt<'_>, master: &Own, mut l: Listing) -> Result<bool> {
             return Ok(true);
         }
         at.interest = Interest::READERS;
-        if at.sleep(&[master]).is_none() {
+        let keep: &[&Own] = match pending {
+            Some(p) => &[master, p],
+            None => &[master],
+        };
+        if at.sleep(keep).await.is_none() {
             return Ok(false);
         }
         l = at.sd.list()?;
@@ -737,7 +866,7 @@ fn queue(at: &Attempt<'_>) -> Result<Own> {
 /// W2.
 /// Returns our `.master_lock` and the highest token of the listing that let us create
 /// it: a hint for T1 (see [`allocate_token`]).
-fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<(Own, (u64, bool))> {
+async fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<(Own, (u64, bool))> {
     let sd = at.sd;
     // For V6's hint: whether this acquisition found another writer in its way.
     let mut waited = false;
@@ -775,7 +904,7 @@ fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<(Own, (u64, bool
         if l.master {
             match at.judge.judge(&LockName::Master)? {
                 j if j.is_dead() => {
-                    break_master(at, &[&*pending])?;
+                    break_master(at, &[&*pending]).await?;
                     continue;
                 }
                 // Listed, but `open` finds it gone: count it as absent. On a remote
@@ -795,7 +924,7 @@ fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<(Own, (u64, bool
                     at.owner = if first { j.owner() } else { predecessor_owner };
                     waited = true;
                     sd.set_writers_absent(false);
-                    let removed = at.pause(&[&*pending])?;
+                    let removed = at.pause(&[&*pending]).await?;
                     // We were first in the queue (or behind the holder's own pending file)
                     // and only `.master_lock` was in our way; the wake-up says it went
                     // away: create ours at once. The exclusive `put` is the only writer
@@ -816,7 +945,7 @@ fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<(Own, (u64, bool
             at.owner = predecessor_owner;
             waited = true;
             sd.set_writers_absent(false);
-            at.pause(&[&*pending])?;
+            at.pause(&[&*pending]).await?;
             continue;
         }
         if let Some(master) = at.put(LockName::Master, Kind::Write)? {
@@ -884,7 +1013,7 @@ fn allocate_token(
 /// B0–B4: removes a `.master_lock` whose owner is dead, with breakers made mutually
 /// exclusive by unique `.break-*` markers. Returns whether this call removed it.
 /// `keep`: the caller's own files, kept fresh while this waits (a writer's pending file).
-fn break_master(at: &mut Attempt<'_>, keep: &[&Own]) -> Result<bool> {
+async fn break_master(at: &mut Attempt<'_>, keep: &[&Own]) -> Result<bool> {
     let sd = at.sd;
     // B0: wait while another live breaker is at work.
     loop {
@@ -896,7 +1025,7 @@ fn break_master(at: &mut Attempt<'_>, keep: &[&Own]) -> Result<bool> {
         if !live_breaker {
             break;
         }
-        at.pause(keep)?;
+        at.pause(keep).await?;
     }
     // B1: announce.
     let Some(marker) = at.put(
@@ -909,13 +1038,13 @@ fn break_master(at: &mut Attempt<'_>, keep: &[&Own]) -> Result<bool> {
     else {
         return Ok(false);
     };
-    let result = exclusive_break(at, &marker, keep);
+    let result = exclusive_break(at, &marker, keep).await;
     // B4
     let _ = sd.unlink(&marker.close());
     result
 }
 
-fn exclusive_break(at: &mut Attempt<'_>, own: &Own, keep: &[&Own]) -> Result<bool> {
+async fn exclusive_break(at: &mut Attempt<'_>, own: &Own, keep: &[&Own]) -> Result<bool> {
     let sd = at.sd;
     let marker = &own.name;
     let mut held: Vec<&Own> = keep.to_vec();
@@ -936,7 +1065,7 @@ fn exclusive_break(at: &mut Attempt<'_>, own: &Own, keep: &[&Own]) -> Result<boo
         if older {
             return Ok(false);
         }
-        at.pause(&held)?;
+        at.pause(&held).await?;
     }
     // B3: re-read while exclusive; nothing can replace a dead owner's file now.
     if at.judge.judge(&LockName::Master)?.is_dead() {
@@ -1199,7 +1328,7 @@ mod tests {
         assert_eq!(n, 1, "R3 alone with the hint");
 
         // A writer holds (a `.master_lock` of ours counts as held by a live owner).
-        let at = Attempt::new(&sd, &cfg, Deadline::Once, Kind::Write);
+        let at = Attempt::new(&sd, &cfg, Deadline::Once, Kind::Write, Mode::Blocking);
         let master = at
             .put(LockName::Master, Kind::Write)
             .expect("put")
@@ -1261,7 +1390,7 @@ mod tests {
         let cfg = config(dir.path());
         let sd = open_state(&cfg, true).expect("open").expect("state dir");
         // A later grant took token 9 and removed the lower ones.
-        let at = Attempt::new(&sd, &cfg, Deadline::Once, Kind::Write);
+        let at = Attempt::new(&sd, &cfg, Deadline::Once, Kind::Write, Mode::Blocking);
         assert!(
             at.put(LockName::Token(9), Kind::Token)
                 .expect("put")
@@ -1287,13 +1416,14 @@ mod tests {
             );
         }
         // W1 and W2 by hand, then W3-W6 from the stale hint.
-        let mut writer = Attempt::new(&sd, &cfg, Deadline::Once, Kind::Write);
+        let mut writer = Attempt::new(&sd, &cfg, Deadline::Once, Kind::Write, Mode::Blocking);
         let pending = queue(&writer).expect("queue");
         let master = writer
             .put(LockName::Master, Kind::Write)
             .expect("put")
             .expect(".master_lock is free");
-        let (own, token) = enter(&mut writer, master, Some(pending), (4, true)).expect("enter");
+        let (own, token) =
+            block_on(enter(&mut writer, master, Some(pending), (4, true))).expect("enter");
         assert_eq!(token, if renames { 11 } else { 10 });
         // T4 removed the lower tokens, the stale one included.
         assert_eq!(sd.list().expect("list").tokens, vec![token]);

@@ -470,3 +470,16 @@ mod dir_reader_tests {
         assert_eq!(names(&mut r), want);
     }
 }
+
+/// Registers `fd` with the current tokio reactor, to wait until it is readable (the
+/// shared inotify instance, for an async waiter that leads: `notify`'s `reactor`).
+/// Must be called within a runtime (the caller checks: `DirLock::read_async`); a runtime
+/// without its I/O driver gives an error.
+#[cfg(feature = "tokio")]
+pub(crate) fn register_readable(fd: OwnedFd) -> std::io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
+    // SAFETY: `AsyncFd` takes `fd` by value and owns it until it is dropped, so the
+    // descriptor stays open and names the same file description for its whole life, and
+    // `OwnedFd::as_raw_fd` always returns that descriptor.
+    unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
+        .map_err(std::io::Error::from)
+}
