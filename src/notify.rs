@@ -717,22 +717,52 @@ impl Subscription<'_> {
 ///
 /// Waits on one file (a thread's own instance, `wait_for_file`) are not made here: an
 /// instance per task would run into `max_user_instances` (128 by default) long before
-/// thousands of tasks, and a pidfd per task the same. The shared watch still passes each
-/// event only to the waiters it concerns ([`Interest`]).
+/// thousands of tasks. The shared watch still passes each event only to the waiters it
+/// concerns ([`Interest`]). The exit of the one file's owner is watched as the blocking
+/// waits watch it (a pidfd, from the second wait for the same owner on), registered with
+/// the reactor, by at most [`EXIT_WATCHES`] tasks at once (a descriptor each): a holder's
+/// death then wakes the waiters at once instead of at their next poll.
 #[cfg(feature = "tokio")]
 mod reactor {
     use std::future::poll_fn;
     use std::os::fd::OwnedFd;
     use std::pin::Pin;
-    use std::sync::atomic::Ordering;
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::task::Poll;
     use std::time::Duration;
 
     use tokio::io::unix::AsyncFd;
     use tokio::time::Sleep;
 
-    use super::{AsFd, Event, Removed, Subscription};
-    use crate::sys;
+    use super::{AsFd, Event, FIRST_WAIT, Removed, Subscription};
+    use crate::sys::{self, ExitWatch};
+
+    /// How many async waits may watch their owner's exit at once, process-wide.
+    pub(super) const EXIT_WATCHES: usize = 64;
+
+    /// How many do now.
+    static EXIT_WATCHING: AtomicUsize = AtomicUsize::new(0);
+
+    /// A pidfd registered with the reactor: readable once its process exited.
+    struct Exit(AsyncFd<OwnedFd>);
+
+    impl Drop for Exit {
+        fn drop(&mut self) {
+            EXIT_WATCHING.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    impl Exit {
+        /// Whether the process exited (and registers the task's interest if not).
+        fn poll_exited(&self, cx: &mut std::task::Context<'_>) -> bool {
+            // Readable, or an error, which also says: look again.
+            self.0.poll_read_ready(cx).is_ready()
+        }
+    }
+
+    fn exited(exit: Option<&Exit>, cx: &mut std::task::Context<'_>) -> bool {
+        exit.is_some_and(|e| e.poll_exited(cx))
+    }
 
     /// A task's lead: deregisters the descriptor, then hands the lead on, when dropped,
     /// also when the task's future is dropped while it leads (a cancelled wait).
@@ -756,7 +786,11 @@ mod reactor {
         /// [`Subscription::lead`] on the reactor. `Err(())`: the descriptor cannot be
         /// registered (a runtime without its I/O driver, no descriptor left): the
         /// caller gives up the lead and waits by time only.
-        async fn run(&mut self, mut sleep: Pin<&mut Sleep>) -> Result<Removed, ()> {
+        async fn run(
+            &mut self,
+            mut sleep: Pin<&mut Sleep>,
+            exit: Option<&Exit>,
+        ) -> Result<Removed, ()> {
             let sub = self.sub;
             let w = &sub.watcher;
             let registered = w
@@ -774,6 +808,9 @@ mod reactor {
                     return Ok(removed);
                 }
                 let ready = poll_fn(|cx| {
+                    if exited(exit, cx) {
+                        return Poll::Ready(Some(true));
+                    }
                     match fd.poll_read_ready(cx) {
                         Poll::Ready(Ok(mut g)) => {
                             // Read to the end below: the next edge comes after that.
@@ -798,6 +835,10 @@ mod reactor {
                         if !removed.is_nothing() {
                             return Ok(removed);
                         }
+                        if exit.is_some_and(|e| e.poll_exited(&mut noop_cx())) {
+                            // The owner exited: its file may now be judged dead.
+                            return Ok(Removed::OTHER);
+                        }
                     }
                     Some(false) => {
                         w.dead.store(true, Ordering::SeqCst);
@@ -809,7 +850,45 @@ mod reactor {
         }
     }
 
+    /// A context for a readiness check that registers no one to wake.
+    fn noop_cx() -> std::task::Context<'static> {
+        std::task::Context::from_waker(std::task::Waker::noop())
+    }
+
     impl Subscription<'_> {
+        /// The pidfd of the owner of the one file this wait is for, registered with the
+        /// reactor, as `wait_on` makes it for a thread: from the second wait for the same
+        /// owner on (most waits end in milliseconds, and a herd of readers would all pay
+        /// the open at the hand-off); the first is cut to [`FIRST_WAIT`]. `None` when
+        /// there is no such owner, [`EXIT_WATCHES`] tasks watch already, or pidfds are
+        /// missing.
+        fn exit_watch(&self, pause: &mut Duration) -> Option<Exit> {
+            self.interest.lock().single_file()?;
+            let owner = (*self.owner.lock())?;
+            let ExitWatch::Process { pid, start } = owner else {
+                return None;
+            };
+            {
+                let mut met = self.met.lock();
+                if *met != Some(owner) {
+                    *met = Some(owner);
+                    *pause = (*pause).min(FIRST_WAIT);
+                    return None;
+                }
+            }
+            if EXIT_WATCHING.fetch_add(1, Ordering::Relaxed) >= EXIT_WATCHES {
+                EXIT_WATCHING.fetch_sub(1, Ordering::Relaxed);
+                return None;
+            }
+            match sys::pidfd(pid, start).map(sys::register_readable) {
+                Some(Ok(fd)) => Some(Exit(fd)),
+                _ => {
+                    EXIT_WATCHING.fetch_sub(1, Ordering::Relaxed);
+                    None
+                }
+            }
+        }
+
         /// [`Subscription::wait`] on the tokio reactor: waits for a change or for
         /// `pause`, whichever comes first, and returns what was removed since the last
         /// wait or [`Subscription::forget`].
@@ -819,6 +898,9 @@ mod reactor {
         /// only ever woken in vain.
         pub(crate) async fn wait_async(&self, pause: Duration) -> Removed {
             self.covered.store(false, Ordering::Relaxed);
+            let mut pause = pause;
+            let exit = self.exit_watch(&mut pause);
+            let exit = exit.as_ref();
             let mut sleep = std::pin::pin!(tokio::time::sleep(pause));
             let w = &self.watcher;
             if w.dead.load(Ordering::SeqCst) {
@@ -846,7 +928,7 @@ mod reactor {
                         sub: self,
                         fd: None,
                     };
-                    match lead.run(sleep.as_mut()).await {
+                    match lead.run(sleep.as_mut(), exit).await {
                         Ok(removed) => {
                             drop(lead);
                             return removed | Removed::take(&self.changed);
@@ -866,6 +948,11 @@ mod reactor {
                         || !w.leading.load(Ordering::SeqCst)
                         || w.dead.load(Ordering::SeqCst)
                     {
+                        return Poll::Ready(true);
+                    }
+                    if exited(exit, cx) {
+                        // The owner exited: its file may now be judged dead.
+                        Removed::OTHER.add_to(&self.changed);
                         return Poll::Ready(true);
                     }
                     match sleep.as_mut().poll(cx) {

@@ -515,3 +515,61 @@ fn a_waiter_is_woken_by_the_death_of_whom_it_waits_for() {
     reader.join().expect("join");
     assert_only_token(dir.path());
 }
+
+/// The pidfds this process has open.
+#[cfg(feature = "tokio")]
+fn pidfds() -> usize {
+    fs::read_dir("/proc/self/fd")
+        .expect("/proc/self/fd")
+        .filter_map(|e| fs::read_link(e.ok()?.path()).ok())
+        .filter(|target| target.to_string_lossy().contains("pidfd"))
+        .count()
+}
+
+/// The same for tasks waiting on the reactor (`write_async`, `read_async`, issue #15):
+/// the holder's death wakes them through a pidfd registered with the reactor, not at
+/// their next poll (20 s here).
+#[cfg(feature = "tokio")]
+#[test]
+fn an_async_waiter_is_woken_by_the_death_of_whom_it_waits_for() {
+    let dir = tempdir();
+    let deaf = std::sync::Arc::new(deaf_lock(dir.path()));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    for write in [true, false] {
+        let mut h = Child::spawn("H", dir.path());
+        h.ok("write");
+        rt.block_on(async {
+            let before = pidfds();
+            let d = std::sync::Arc::clone(&deaf);
+            let waiter = tokio::spawn(async move {
+                if write {
+                    drop(d.write_async().await.expect("write"));
+                } else {
+                    drop(d.read_async().await.expect("read"));
+                }
+                Instant::now()
+            });
+            // Asleep with the holder's pidfd (from its second wait on, after 10 ms).
+            let deadline = Instant::now() + LONG;
+            while pidfds() == before {
+                assert!(
+                    Instant::now() < deadline,
+                    "the waiter never watched the holder"
+                );
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            let t = Instant::now();
+            h.kill();
+            let at = tokio::time::timeout(PROMPT, waiter)
+                .await
+                .expect("the waiter goes on at once")
+                .expect("join");
+            assert!(at - t < PROMPT, "took {:?}", at - t);
+            assert_eq!(pidfds(), before, "a pidfd was left open");
+        });
+    }
+    assert_only_token(dir.path());
+}
