@@ -469,10 +469,13 @@ impl DirLock {
     ///
     /// Bound the wait with [`tokio::time::timeout`] or `timeout_at`; a
     /// [`Cancel`] handle given to the builder ends it too. The guard is released by
-    /// [`ReadGuard::release`] or by drop, as any other: one `unlink` and no wait, so
-    /// releasing from async code never blocks the runtime for longer than that. Guards
-    /// are kept fresh by the process's heartbeat thread, as every guard (a thread, not a
-    /// task: it beats whatever the runtime is busy with, and after it shuts down).
+    /// [`ReadGuard::release`] or by drop, as any other, and releasing never waits: a
+    /// reader's release is one `unlink`; a writer's, locally, is one `unlink` of
+    /// `.master_lock` between two `stat`s, then one of its queue file. Releasing from
+    /// async code blocks the runtime for no longer than those calls. Guards are kept
+    /// fresh by the process's heartbeat thread, as every guard: a thread, not a task, so
+    /// that it beats whatever the runtime is busy with (a task starved by blocking code
+    /// would let the lease run out), and however many runtimes the guards came from.
     ///
     /// Needs a tokio runtime with its time and I/O drivers (`#[tokio::main]`,
     /// `Builder::enable_all`), current-thread or multi-thread.
