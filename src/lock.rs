@@ -468,7 +468,7 @@ impl DirLock {
     /// `tokio::fs` would not make them shorter.
     ///
     /// Bound the wait with [`tokio::time::timeout`] or `timeout_at`; a
-    /// [`Cancel`] handle given to the builder ends it too. The guard is released by
+    /// [`Cancel`] handle given to the builder ends it too, at its next pause. The guard is released by
     /// [`ReadGuard::release`] or by drop, as any other, and releasing never waits: a
     /// reader's release is one `unlink`; a writer's, locally, is one `unlink` of
     /// `.master_lock` between two `stat`s, then one of its queue file. Releasing from
@@ -498,6 +498,11 @@ impl DirLock {
     /// [`Error::Io`] and [`Error::NotADirectory`] for filesystem problems (each names
     /// the path), [`Error::Cancelled`] through a [`Cancel`] handle, and [`Error::Io`]
     /// when called outside a tokio runtime.
+    ///
+    /// # Panics
+    ///
+    /// Within a runtime built without its time driver, as `tokio::time::sleep` does
+    /// there (tokio offers no way to ask beforehand).
     ///
     /// # Examples
     ///
