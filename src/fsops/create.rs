@@ -151,14 +151,12 @@ impl StateDir {
         want_id: bool,
     ) -> Result<Option<LinkResult>> {
         let (file, id) = match spare {
-            // Written while waiting, with this very record (see `Attempt::put`).
-            Some(s)
-                if s.written
-                    .as_ref()
-                    .is_some_and(|(h, _)| h.nonce == holder.nonce) =>
-            {
-                (s.file, s.id)
-            }
+            // Written while waiting, with this very record (see `Attempt::put`). The
+            // whole record, not only its nonce: a writer's `.master_lock` records share
+            // its queue file's nonce for the whole wait (V8), and a spare written long
+            // ago must be written again, or the file is born with an old mtime (a judge
+            // by lease may find it expired) and an old `since`.
+            Some(s) if s.written.as_ref().is_some_and(|(h, _)| h == holder) => (s.file, s.id),
             Some(mut s) => {
                 s.fill(holder.format().as_bytes())
                     .at("write lock file", || self.path.join(target))?;

@@ -1268,6 +1268,60 @@ mod tests {
         );
     }
 
+    /// A `.master_lock` made after a long wait is made now: its mtime (what judges by
+    /// lease go by) and its record's `since` are those of its creation, not of the spare
+    /// the wait prepared. V8 gives a writer's `.master_lock` record its queue file's nonce
+    /// for the whole wait, so a spare written at the start of the wait has the nonce of
+    /// the record made at the wake-up; it must still be written again. Before, it was
+    /// linked as it was: B, which waited 1 s (its waits covered by events, so no pause
+    /// wrote the spare again), made a `.master_lock` 1 s old, and a judge by lease with a
+    /// shorter lease broke it while B waited for readers (W6 then said `LockLost`).
+    #[test]
+    fn a_master_lock_made_after_a_long_wait_is_fresh() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let lk = counting_lock(dir.path());
+        let x = lk.write().expect("X");
+        let counters = Counters::default();
+        let b = Taker::spawn(&lk, Some(&counters), true);
+        wait_for("B queued", || {
+            !lk.status().expect("status").pending.is_empty()
+        });
+        // B sleeps on without a look (its spare is not written again) ...
+        counters.settled();
+        // ... for a while: the wait whose length must not show in B's `.master_lock`.
+        std::thread::sleep(Duration::from_secs(1));
+        // With a coarse-clock margin: a file's mtime may lag the clock by a tick.
+        let before = std::time::SystemTime::now() - Duration::from_millis(50);
+        // X becomes a reader: B makes `.master_lock` and waits for X to leave (W5).
+        let r = x.downgrade().expect("downgrade");
+        let master = dir.path().join(".rwdir/.master_lock");
+        wait_for("B's .master_lock", || master.exists());
+        let mtime = std::fs::metadata(&master)
+            .and_then(|m| m.modified())
+            .expect("mtime");
+        let since = lk
+            .status()
+            .expect("status")
+            .writer
+            .and_then(|e| e.holder)
+            .map(|h| h.since_ns)
+            .expect("B's record");
+        drop(r);
+        b.granted();
+        b.release();
+        let ns = |t: std::time::SystemTime| t.duration_since(UNIX_EPOCH).expect("time").as_nanos();
+        assert!(
+            mtime >= before,
+            ".master_lock was born {:?} before B made it",
+            before.duration_since(mtime).unwrap_or_default()
+        );
+        assert!(
+            u128::from(since) >= ns(before),
+            "its record's since is {} ms before B made it",
+            (ns(before) - u128::from(since)) / 1_000_000
+        );
+    }
+
     /// V8 and V10 (docs/protocol-notes.md): a reader queued behind a waiting writer W
     /// sleeps through W's grant and hold (W keeps its pending file), and, woken when W
     /// leaves, announces at once: from the holder's release to its own grant it lists
