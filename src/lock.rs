@@ -501,8 +501,9 @@ impl DirLock {
     ///
     /// # Panics
     ///
-    /// Within a runtime built without its time driver, as `tokio::time::sleep` does
-    /// there (tokio offers no way to ask beforehand).
+    /// Within a runtime built without its time or I/O driver, as `tokio::time::sleep`
+    /// and `AsyncFd` do there (tokio offers no way to ask beforehand). Outside any
+    /// runtime it returns an error instead.
     ///
     /// # Examples
     ///

@@ -784,8 +784,8 @@ mod reactor {
 
     impl Lead<'_, '_> {
         /// [`Subscription::lead`] on the reactor. `Err(())`: the descriptor cannot be
-        /// registered (a runtime without its I/O driver, no descriptor left): the
-        /// caller gives up the lead and waits by time only.
+        /// registered (no descriptor left to duplicate, epoll refused it): the caller
+        /// gives up the lead and waits by time only.
         async fn run(
             &mut self,
             mut sleep: Pin<&mut Sleep>,
@@ -901,6 +901,21 @@ mod reactor {
             let mut pause = pause;
             let exit = self.exit_watch(&mut pause);
             let exit = exit.as_ref();
+            // Whether a pause that runs out saw everything that could end it (see
+            // `Subscription::covered`): the one file waited for, by name on the shared
+            // watch, and its owner's exit (our own process, or a pidfd). Then the caller
+            // sleeps on without a look, as a covered blocking wait does: thousands of
+            // waiting tasks must not list the directory (as long as they are) every
+            // pause. Unlike a blocking wait's own watch, the shared one does not see a
+            // file renamed away by hand: the covered backstop's look finds that.
+            let covering = self.interest.lock().single_file().is_some()
+                && (*self.owner.lock() == Some(ExitWatch::Me) || exit.is_some());
+            let ran_out = |removed: Removed| {
+                if removed.is_nothing() {
+                    self.covered.store(covering, Ordering::Relaxed);
+                }
+                removed
+            };
             let mut sleep = std::pin::pin!(tokio::time::sleep(pause));
             let w = &self.watcher;
             if w.dead.load(Ordering::SeqCst) {
@@ -931,7 +946,7 @@ mod reactor {
                     match lead.run(sleep.as_mut(), exit).await {
                         Ok(removed) => {
                             drop(lead);
-                            return removed | Removed::take(&self.changed);
+                            return ran_out(removed | Removed::take(&self.changed));
                         }
                         Err(()) => {
                             drop(lead);
@@ -965,7 +980,7 @@ mod reactor {
                 drop(self.task.lock().take());
                 if !got {
                     // The pause is over (a change that came meanwhile is reported too).
-                    return Removed::take(&self.changed);
+                    return ran_out(Removed::take(&self.changed));
                 }
             }
         }

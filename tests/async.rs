@@ -1747,29 +1747,3 @@ fn async_acquisition_outside_a_runtime_is_an_error_naming_the_directory() {
         drop(lock.read_async().await.expect("read_async"));
     });
 }
-
-/// A runtime without its I/O driver: the library means to wait by time only there
-/// (`notify::reactor::Lead::run` gives up the lead when the descriptor "cannot be
-/// registered (a runtime without its I/O driver ...)", and `sys::register_readable`
-/// says such a runtime "gives an error"), but tokio's `AsyncFd` panics instead ("A
-/// Tokio 1.x context was found, but IO is disabled"), at the first wait that leads.
-/// Ignored until the library either falls back as it says or documents the panic.
-#[test]
-#[ignore = "library bug: `register_readable` panics in a runtime without the I/O driver"]
-fn a_runtime_without_its_io_driver_waits_by_time() {
-    let dir = common::tempdir();
-    let lock = DirLock::new(dir.path()).expect("lock");
-    // Another thread's writer: in the way of this thread's reads.
-    let w = std::thread::scope(|s| s.spawn(|| lock.write()).join()).expect("thread");
-    let w = w.expect("write");
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .expect("runtime");
-    let waited = rt.block_on(async {
-        tokio::time::timeout(Duration::from_millis(50), lock.read_async()).await
-    });
-    assert!(waited.is_err(), "the writer holds: {waited:?}");
-    drop(w);
-    rt.block_on(async { drop(lock.read_async().await.expect("read_async")) });
-}

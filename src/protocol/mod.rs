@@ -1355,6 +1355,62 @@ mod tests {
     }
 
     /// The listings this thread makes while `f` runs.
+    /// Tasks whose waits events cover (the one file each waits for, its owner this
+    /// process) sleep on without listing, as covered blocking waits do: 50 async writers
+    /// queued behind a held lock list the directory a few times each at first, then not
+    /// at all. Without it each listed at every pause that ran out (up to 2 s here), and
+    /// 1,000 waiting tasks, each listing the 1,000 queue files, kept half a core busy.
+    #[cfg(feature = "tokio")]
+    #[test]
+    fn queued_tasks_sleep_without_listing() {
+        use crate::fsops::LISTINGS;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let lk = counting_lock(dir.path());
+        let held = lk.write().expect("write");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let state = dir.path().join(".rwdir");
+        let queued = || {
+            std::fs::read_dir(&state)
+                .expect("state directory")
+                .filter(|e| {
+                    e.as_ref()
+                        .is_ok_and(|e| e.file_name().to_string_lossy().starts_with(".pending"))
+                })
+                .count()
+        };
+        let before = queued();
+        let tasks = rt.block_on(async {
+            let mut tasks = Vec::new();
+            for i in 1..=50 {
+                let l = lk.clone();
+                tasks.push(tokio::spawn(async move {
+                    drop(l.write_async().await.expect("write_async"));
+                }));
+                let end = Instant::now() + Duration::from_secs(20);
+                while queued() < before + i {
+                    assert!(Instant::now() < end, "writer {i} never queued");
+                    tokio::task::yield_now().await;
+                }
+            }
+            // Past their first, looking pauses (1 + 2 + 4 + 8 ms).
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let start = LISTINGS.with(std::cell::Cell::get);
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let listed = LISTINGS.with(std::cell::Cell::get) - start;
+            assert!(listed < 10, "50 waiting tasks listed {listed} times in 2 s");
+            tasks
+        });
+        drop(held);
+        rt.block_on(async {
+            for t in tasks {
+                t.await.expect("task");
+            }
+        });
+    }
+
     fn listings<T>(f: impl FnOnce() -> T) -> (T, usize) {
         use crate::fsops::LISTINGS;
         let before = LISTINGS.with(std::cell::Cell::get);

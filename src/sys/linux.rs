@@ -473,8 +473,9 @@ mod dir_reader_tests {
 
 /// Registers `fd` with the current tokio reactor, to wait until it is readable (the
 /// shared inotify instance, for an async waiter that leads: `notify`'s `reactor`).
-/// Must be called within a runtime (the caller checks: `DirLock::read_async`); a runtime
-/// without its I/O driver gives an error.
+/// Must be called within a runtime (the caller checks: `DirLock::read_async`); tokio
+/// panics in a runtime without its I/O driver (documented on `read_async`: tokio offers
+/// no way to ask beforehand).
 #[cfg(feature = "tokio")]
 pub(crate) fn register_readable(fd: OwnedFd) -> std::io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
     // SAFETY: `AsyncFd` takes `fd` by value and owns it until it is dropped, so the
