@@ -108,6 +108,97 @@
 //! runs again, two writers may work at once: only the fencing token protects a resource
 //! that rejects stale tokens.
 //!
+//! # Async (tokio)
+//!
+//! With the `tokio` feature, [`DirLock::read_async`][read_async] and
+//! [`DirLock::write_async`][write_async] take the lock from a task without blocking its
+//! thread: the same protocol, guarantees and guards as [`DirLock::read`] and
+//! [`DirLock::write`], with the wait driven by the runtime. The process's inotify watch
+//! of the state directory is registered with the reactor by whichever task leads it,
+//! other waiting tasks leave a waker, and the polling floor is a `tokio::time` sleep: no
+//! thread is parked per waiting task. They need a runtime with its I/O and time drivers
+//! (`#[tokio::main]`, or a `Builder` with `enable_all`), current-thread or multi-thread.
+//!
+//! - **Timeouts and cancellation.** Bound a wait with `tokio::time::timeout` (or a
+//!   `select!`). The futures are cancel safe: a wait that is dropped leaves nothing in
+//!   `DIR/.rwdir/`, and a writer that gives up lets the readers queued behind it go on
+//!   at once.
+//! - **Guards** are the same [`ReadGuard`] and [`WriteGuard`]: `Send`, held across
+//!   `.await`s like any value, released by drop or `release()` (one `unlink`, no wait),
+//!   kept fresh by the process's heartbeat thread whatever the runtime is doing.
+//! - **Tasks are not threads**: there is no [`Error::WouldDeadlock`] check. A task whose
+//!   request conflicts with a guard it holds itself waits until that guard is released,
+//!   as with `tokio::sync::RwLock`.
+//! - **Yielding.** An acquisition that needs no wait returns without yielding to the
+//!   runtime, like any code without an `.await` that waits. A task that takes and
+//!   releases the lock in a loop with nothing else to await keeps its thread.
+//! - **Cost.** A hand-off to a waiting task is as quick as to a blocking waiter. But a
+//!   task waits on the process's shared watch of the state directory, not on the one
+//!   file it waits for, nor on its holder's exit: every removal there wakes every
+//!   process in which a task waits, and an idle waiting task looks at the directory
+//!   every 2 s or so. Many contending processes therefore get less through the async
+//!   API (8 writer processes: 0.7–0.97× the grants per second of the blocking API);
+//!   tasks of one process share their wake-ups. BENCHMARKS.md, *The async API*.
+//!
+#![cfg_attr(feature = "tokio", doc = "```")]
+#![cfg_attr(not(feature = "tokio"), doc = "```ignore")]
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//!
+//! let dir = tempfile::tempdir()?;
+//! let lock = Arc::new(rwdir::DirLock::new(dir.path())?);
+//! std::fs::write(dir.path().join("version"), "1")?;
+//!
+//! // A restore takes the write lock ...
+//! let restore = lock.write_async().await?;
+//! // ... and readers wait behind it, each in a task, none blocking the runtime.
+//! let readers: Vec<_> = (0..3)
+//!     .map(|_| {
+//!         let lock = Arc::clone(&lock);
+//!         tokio::spawn(async move {
+//!             let r = lock.read_async().await?;
+//!             let seen = std::fs::read_to_string(lock.path().join("version"))?;
+//!             r.release()?;
+//!             Ok::<_, Box<dyn std::error::Error + Send + Sync>>(seen)
+//!         })
+//!     })
+//!     .collect();
+//! tokio::time::sleep(Duration::from_millis(20)).await; // the readers are waiting
+//! std::fs::write(dir.path().join("version"), "2")?;
+//! restore.release()?;
+//! for r in readers {
+//!     assert_eq!(r.await??, "2"); // never the directory half restored
+//! }
+//!
+//! // A wait given up by a timeout leaves nothing behind.
+//! let r = lock.read_async().await?;
+//! let w = tokio::time::timeout(Duration::from_millis(50), lock.write_async()).await;
+//! assert!(w.is_err(), "timed out");
+//! let status = lock.status()?;
+//! assert!(status.writer.is_none() && status.pending.is_empty());
+//! drop(r);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The repository's `examples/async_restore.rs` is a whole program: 100 reader tasks
+//! serve a directory while a task restores it, with a timeout that gives up a write
+//! (`cargo run --release --features tokio --example async_restore`).
+//!
+#![cfg_attr(
+    feature = "tokio",
+    doc = "[read_async]: DirLock::read_async",
+    doc = "[write_async]: DirLock::write_async"
+)]
+// Without the feature the methods do not exist: the links go to `DirLock`.
+#![cfg_attr(
+    not(feature = "tokio"),
+    doc = "[read_async]: DirLock",
+    doc = "[write_async]: DirLock"
+)]
+//!
 //! # Stability
 //!
 //! Covered by semantic versioning: every item in these docs: [`DirLock`] and its
