@@ -124,20 +124,22 @@
 //!   `DIR/.rwdir/`, and a writer that gives up lets the readers queued behind it go on
 //!   at once.
 //! - **Guards** are the same [`ReadGuard`] and [`WriteGuard`]: `Send`, held across
-//!   `.await`s like any value, released by drop or `release()` (one `unlink`, no wait),
+//!   `.await`s like any value, released by drop or `release()` (an `unlink` or two, no wait),
 //!   kept fresh by the process's heartbeat thread whatever the runtime is doing.
 //! - **Tasks are not threads**: there is no [`Error::WouldDeadlock`] check. A task whose
 //!   request conflicts with a guard it holds itself waits until that guard is released,
 //!   as with `tokio::sync::RwLock`.
-//! - **Yielding.** An acquisition that needs no wait returns without yielding to the
-//!   runtime, like any code without an `.await` that waits. A task that takes and
-//!   releases the lock in a loop with nothing else to await keeps its thread.
-//! - **Cost.** A hand-off to a waiting task is as quick as to a blocking waiter. But a
-//!   task waits on the process's shared watch of the state directory, not on the one
-//!   file it waits for, nor on its holder's exit: every removal there wakes every
-//!   process in which a task waits, and an idle waiting task looks at the directory
-//!   every 2 s or so. Many contending processes therefore get less through the async
-//!   API (8 writer processes: 0.7–0.97× the grants per second of the blocking API);
+//! - **Yielding.** Each acquisition spends one unit of the task's cooperative budget
+//!   (`tokio::task::consume_budget`), as tokio's own resources do: a task that takes and
+//!   releases the lock in a loop with nothing else to await yields now and then, and
+//!   the other tasks of its thread get their turn.
+//! - **Cost.** A hand-off to a waiting task is as quick as to a blocking waiter, and a
+//!   waiting task watches its holder's exit (a pidfd on the reactor) and sleeps without
+//!   looking while nothing it waits for changes. But a task waits on the process's
+//!   shared watch of the state directory, not on a watch of the one file it waits for:
+//!   every removal there wakes every process in which a task waits. Many contending
+//!   processes therefore get less through the async API (8 writer processes:
+//!   0.7–0.97× the grants per second of the blocking API);
 //!   tasks of one process share their wake-ups. BENCHMARKS.md, *The async API*.
 //!
 #![cfg_attr(feature = "tokio", doc = "```")]

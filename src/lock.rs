@@ -529,6 +529,9 @@ impl DirLock {
     #[cfg(feature = "tokio")]
     pub async fn read_async(&self) -> Result<ReadGuard> {
         let sd = self.state_async()?;
+        // Cooperative scheduling: see the crate docs, *Async (tokio)*. Cancel safe: no
+        // file exists yet.
+        tokio::task::consume_budget().await;
         let own = protocol::read_in(&sd, &self.cfg, Deadline::Never, protocol::Mode::Async).await?;
         Ok(ReadGuard::new(Held::new(
             sd,
@@ -583,6 +586,7 @@ impl DirLock {
     #[cfg(feature = "tokio")]
     pub async fn write_async(&self) -> Result<WriteGuard> {
         let sd = self.state_async()?;
+        tokio::task::consume_budget().await;
         let (own, token) =
             protocol::write_in(&sd, &self.cfg, Deadline::Never, protocol::Mode::Async).await?;
         Ok(WriteGuard::new(

@@ -1747,3 +1747,35 @@ fn async_acquisition_outside_a_runtime_is_an_error_naming_the_directory() {
         drop(lock.read_async().await.expect("read_async"));
     });
 }
+
+/// Two tasks of one thread taking and releasing the lock in a loop with nothing else to
+/// await both get it: an acquisition spends the task's cooperative budget, so the loop
+/// yields now and then. Without it the first task took all 600 grants before the other
+/// ran once.
+#[test]
+fn tasks_looping_on_a_free_lock_take_turns() {
+    let dir = common::tempdir();
+    let lock = DirLock::new(dir.path()).expect("lock");
+    let total = Arc::new(AtomicUsize::new(0));
+    let got = current_thread().block_on(async {
+        let loops: Vec<_> = (0..2)
+            .map(|_| {
+                let (lock, total) = (lock.clone(), Arc::clone(&total));
+                tokio::spawn(async move {
+                    let mut mine = 0;
+                    while total.fetch_add(1, Ordering::SeqCst) < 600 {
+                        drop(lock.write_async().await.expect("write_async"));
+                        mine += 1;
+                    }
+                    mine
+                })
+            })
+            .collect();
+        let mut got = Vec::new();
+        for l in loops {
+            got.push(l.await.expect("task"));
+        }
+        got
+    });
+    assert!(got.iter().all(|&n| n >= 50), "grants per task: {got:?}");
+}
