@@ -520,29 +520,57 @@ mod heartbeat {
     }
 
     struct Shared {
+        /// The process whose thread this is.
+        pid: u32,
         state: Mutex<State>,
         wake: Sender<()>,
     }
 
-    static SHARED: OnceLock<Shared> = OnceLock::new();
+    /// The heartbeat of the process that first took a lock.
+    static SHARED: OnceLock<&'static Shared> = OnceLock::new();
+    /// The heartbeat of a forked child that took a lock: `fork` copies only the calling
+    /// thread, so the parent's heartbeat thread did not come along, and a child's guards
+    /// beaten by nobody would be broken by judges by lease once the lease ran out.
+    /// Never locked in the first process, so a fork cannot copy it locked from there.
+    static FORKED: Mutex<Option<&'static Shared>> = Mutex::new(None);
+
+    /// Makes the heartbeat of process `pid` and starts its thread. One per process for
+    /// the process's life, as a `static` would be.
+    fn start(pid: u32) -> &'static Shared {
+        let (wake, rx) = crossbeam_channel::bounded(1);
+        let shared: &'static Shared = Box::leak(Box::new(Shared {
+            pid,
+            state: Mutex::new(State {
+                files: Vec::new(),
+                period: None,
+                pruned_len: 0,
+            }),
+            wake,
+        }));
+        // Without a thread the heartbeat simply does not run; same-host judgement is
+        // exact without it.
+        let _ = std::thread::Builder::new()
+            .name("rwdir-heartbeat".into())
+            .spawn(move || run(shared, rx));
+        shared
+    }
+
+    /// The calling process's heartbeat.
+    fn shared() -> &'static Shared {
+        let pid = std::process::id();
+        let first = *SHARED.get_or_init(|| start(pid));
+        if first.pid == pid {
+            return first;
+        }
+        let mut forked = FORKED.lock();
+        match *forked {
+            Some(s) if s.pid == pid => s,
+            _ => forked.insert(start(pid)),
+        }
+    }
 
     pub(super) fn register(held: &Arc<Held>) {
-        let shared = SHARED.get_or_init(|| {
-            let (wake, rx) = crossbeam_channel::bounded(1);
-            // Without a thread the heartbeat simply does not run; same-host judgement is
-            // exact without it.
-            let _ = std::thread::Builder::new()
-                .name("rwdir-heartbeat".into())
-                .spawn(move || run(rx));
-            Shared {
-                state: Mutex::new(State {
-                    files: Vec::new(),
-                    period: None,
-                    pruned_len: 0,
-                }),
-                wake,
-            }
-        });
+        let shared = shared();
         let mut state = shared.state.lock();
         // Drop released files now and then (amortised O(1)), so that the list is bounded
         // by the number of files held, not by the rate of acquisitions.
@@ -560,16 +588,9 @@ mod heartbeat {
         }
     }
 
-    fn run(rx: Receiver<()>) {
-        let Some(shared) = SHARED.get().or_else(|| {
-            // The thread may start before `get_or_init` returns: wait for it.
-            let _ = rx.recv();
-            SHARED.get()
-        }) else {
-            return;
-        };
+    fn run(shared: &'static Shared, rx: Receiver<()>) {
         // When the next beat is due; `None` until the first registration (which may
-        // already have happened, its wake-up taken by the `recv` above).
+        // already have happened: its wake-up is then waiting in `rx`).
         let mut next: Option<Instant> = shared
             .state
             .lock()

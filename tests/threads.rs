@@ -585,3 +585,89 @@ fn a_moved_guard_counts_as_its_takers_until_released() {
     drop(r);
     assert!(lk.status().expect("status").is_free());
 }
+
+/// The environment variable that makes `forked_child_role` act (in a process of its own).
+const FORK_ROLE: &str = "RWDIR_TEST_FORKED_HEARTBEAT";
+
+/// Role of `a_forked_childs_guards_are_kept_fresh`, run in a fresh process of this test
+/// binary: takes a lock (so the heartbeat thread exists), forks, and the child takes the
+/// write lock on the directory in `FORK_ROLE` with a 300 ms lease, says its path on
+/// stdout, and holds it for 3 s. Does nothing in a normal test run.
+#[test]
+fn forked_child_role() {
+    let Some(dir) = std::env::var_os(FORK_ROLE) else {
+        return;
+    };
+    let lk = DirLock::builder(&dir)
+        .lease(Duration::from_millis(300))
+        .build()
+        .expect("lock");
+    lk.read().expect("read").release().expect("release");
+    // SAFETY: this process runs this one test; the child uses the library (which keeps
+    // no lock of the parent's held across a fork: the heartbeat's state of a child is its
+    // own) and ends with `_exit`.
+    match unsafe { fork() }.expect("fork") {
+        ForkResult::Child => {
+            let w = lk.write().expect("write in the child");
+            println!("{}", w.path().display());
+            std::thread::sleep(Duration::from_secs(3));
+            drop(w);
+            // SAFETY: ends the child without running the parent's atexit handlers.
+            unsafe { nix::libc::_exit(0) }
+        }
+        ForkResult::Parent { child } => {
+            waitpid(child, None).expect("waitpid");
+        }
+    }
+}
+
+/// A forked child's guards are kept fresh by a heartbeat thread of its own: `fork`
+/// copies only the calling thread, and before, the child's guards were beaten by nobody,
+/// so a judge by lease (another host, another pid namespace) broke them once the lease
+/// ran out (found by the Python package's fork tests, issue #16).
+#[test]
+fn a_forked_childs_guards_are_kept_fresh() {
+    use std::io::BufRead;
+    let dir = tempdir();
+    let mut run = std::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "--exact",
+            "forked_child_role",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(FORK_ROLE, dir.path())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let out = std::io::BufReader::new(run.stdout.take().expect("stdout"));
+    let mut lines = out.lines().map(|l| l.expect("line"));
+    let path = lines
+        .by_ref()
+        .find_map(|l| {
+            // After libtest's "test forked_child_role ... ".
+            let at = l.find('/')?;
+            l.contains(".master_lock").then(|| PathBuf::from(&l[at..]))
+        })
+        .expect("the child's lock path");
+    let mtime = || {
+        std::fs::symlink_metadata(&path)
+            .and_then(|m| m.modified())
+            .expect("the child's .master_lock")
+    };
+    // The refresh period is 100 ms: two renewals within 2 s.
+    for _ in 0..2 {
+        let since = mtime();
+        let end = Instant::now() + Duration::from_secs(2);
+        while mtime() <= since {
+            assert!(
+                Instant::now() < end,
+                "the forked child's lock was not renewed"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    // The rest of its output, or it fails writing it.
+    lines.for_each(drop);
+    assert!(run.wait().expect("wait").success());
+}
