@@ -246,6 +246,10 @@ struct Watcher {
     members: Mutex<Vec<Member>>,
     /// The directory went away or reading failed: waits are plain sleeps.
     dead: AtomicBool,
+    /// The instance that async waits on one file watch their files with (made at the
+    /// first; `None` if it cannot be).
+    #[cfg(feature = "tokio")]
+    files: std::sync::OnceLock<Option<reactor::Files>>,
 }
 
 impl Watcher {
@@ -264,6 +268,11 @@ impl Watcher {
     /// Gives up the lead and wakes the followers, one of which takes it.
     fn resign(&self, me: Option<u64>) {
         self.leading.store(false, Ordering::SeqCst);
+        self.wake_followers(me);
+    }
+
+    /// Wakes the followers but `me`: a lead was given up.
+    fn wake_followers(&self, me: Option<u64>) {
         for m in self.members.lock().iter().filter(|m| Some(m.id) != me) {
             if m.following.load(Ordering::SeqCst) {
                 m.wake();
@@ -731,11 +740,204 @@ mod reactor {
     use std::task::Poll;
     use std::time::Duration;
 
+    use std::collections::HashMap;
+    use std::os::fd::BorrowedFd;
+    use std::sync::atomic::AtomicBool;
+
+    use nix::errno::Errno;
+    use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
+    use parking_lot::Mutex;
     use tokio::io::unix::AsyncFd;
     use tokio::time::Sleep;
 
-    use super::{AsFd, Event, FIRST_WAIT, Removed, Subscription};
+    use super::{AsFd, Event, FIRST_WAIT, Removed, Subscription, Watcher};
+    use crate::names::LockName;
     use crate::sys::{self, ExitWatch};
+
+    /// The instance on which the async waits of one process on one file each watch
+    /// their file (`IN_ATTRIB`, which `unlink` raises, `IN_DELETE_SELF`, `IN_MOVE_SELF`),
+    /// as a blocking wait does on its thread's own instance: one instance per process and
+    /// state directory, not per task (`max_user_instances`), and one watch per file,
+    /// shared by the tasks that wait for it. A process whose tasks all wait on one file
+    /// each is then woken only when one of those files goes, not at every removal in the
+    /// state directory (issue #15: 8 contending processes otherwise woke 6–12 times per
+    /// grant). Led as the shared watch is: one task at a time reads it and passes each
+    /// removal on to the waiters it concerns.
+    pub(super) struct Files {
+        inotify: Inotify,
+        leading: AtomicBool,
+        /// The files watched: the name, its inode when the first waiter looked, and how
+        /// many waits use the watch.
+        watches: Mutex<HashMap<WatchDescriptor, (LockName, u64, usize)>>,
+        /// Reading failed: waits go back to the shared watch.
+        dead: AtomicBool,
+    }
+
+    impl std::fmt::Debug for Files {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.debug_struct("Files")
+                .field("leading", &self.leading)
+                .field("dead", &self.dead)
+                .finish_non_exhaustive()
+        }
+    }
+
+    /// One wait's use of a watch of [`Files`]; dropping it removes the watch once no wait
+    /// uses it (also when the wait's future is dropped).
+    struct Watching<'f> {
+        files: &'f Files,
+        wd: WatchDescriptor,
+    }
+
+    impl Drop for Watching<'_> {
+        fn drop(&mut self) {
+            let mut watches = self.files.watches.lock();
+            if let Some(w) = watches.get_mut(&self.wd) {
+                w.2 = w.2.saturating_sub(1);
+                if w.2 == 0 {
+                    watches.remove(&self.wd);
+                    let _ = self.files.inotify.rm_watch(self.wd);
+                }
+            }
+        }
+    }
+
+    impl Files {
+        fn new() -> Option<Files> {
+            Some(Files {
+                inotify: Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK).ok()?,
+                leading: AtomicBool::new(false),
+                watches: Mutex::new(HashMap::new()),
+                dead: AtomicBool::new(false),
+            })
+        }
+
+        /// Watches `name` for `sub`: `Ok(None)` if it is gone already, `Err(())` if it
+        /// cannot be watched (then the shared watch serves).
+        fn watch(
+            &self,
+            sub: &Subscription<'_>,
+            name: LockName,
+        ) -> Result<Option<Watching<'_>>, ()> {
+            let file = name.to_string();
+            // The inode watched, to tell a removal from a touch (see `Files::read`).
+            let ino = match sub.ino_of(&file) {
+                Ok(ino) => ino,
+                Err(Errno::ENOENT) => return Ok(None),
+                Err(_) => return Err(()),
+            };
+            let path = format!("{}/{file}", sub.dir_link);
+            // Under the lock: a watch is never removed while another wait adds it.
+            let mut watches = self.watches.lock();
+            match self.inotify.add_watch(
+                path.as_str(),
+                AddWatchFlags::IN_ATTRIB
+                    | AddWatchFlags::IN_DELETE_SELF
+                    | AddWatchFlags::IN_MOVE_SELF
+                    | AddWatchFlags::IN_DONT_FOLLOW,
+            ) {
+                Ok(wd) => {
+                    watches.entry(wd).or_insert((name, ino, 0)).2 += 1;
+                    Ok(Some(Watching { files: self, wd }))
+                }
+                // Gone since the listing.
+                Err(Errno::ENOENT) => Ok(None),
+                Err(_) => Err(()),
+            }
+        }
+
+        /// Reads every queued event: the removals of watched files. An `IN_ATTRIB`
+        /// alone is a touch (a renewal, the grant's `futimens`) while the name still
+        /// holds the inode watched: one `fstatat` tells.
+        fn read(&self, dir: BorrowedFd<'_>) -> Vec<Event> {
+            let mut found = Vec::new();
+            loop {
+                match self.inotify.read_events() {
+                    Ok(events) if !events.is_empty() => {
+                        let watches = self.watches.lock();
+                        for e in events {
+                            if e.mask.contains(AddWatchFlags::IN_Q_OVERFLOW) {
+                                found.push(Event::Anything);
+                                continue;
+                            }
+                            let Some(&(name, ino, _)) = watches.get(&e.wd) else {
+                                // A watch removed meanwhile (`IN_IGNORED`).
+                                continue;
+                            };
+                            if e.mask == AddWatchFlags::IN_ATTRIB {
+                                let now = nix::sys::stat::fstatat(
+                                    dir,
+                                    name.to_string().as_str(),
+                                    nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+                                );
+                                if now.is_ok_and(|st| st.st_ino == ino) {
+                                    continue;
+                                }
+                            }
+                            if !found.contains(&Event::Removed(name)) {
+                                found.push(Event::Removed(name));
+                            }
+                        }
+                    }
+                    Ok(_) | Err(Errno::EAGAIN) => return found,
+                    Err(Errno::EINTR) => {}
+                    Err(_) => {
+                        self.dead.store(true, Ordering::SeqCst);
+                        return vec![Event::Anything];
+                    }
+                }
+            }
+        }
+    }
+
+    impl Watcher {
+        /// The process's [`Files`], made at the first use; `None` if it cannot be, or
+        /// reading it failed.
+        fn files(&self) -> Option<&Files> {
+            self.files
+                .get_or_init(Files::new)
+                .as_ref()
+                .filter(|f| !f.dead.load(Ordering::SeqCst))
+        }
+    }
+
+    /// Which instance a wait reads: the shared watch of the state directory, or
+    /// [`Files`].
+    #[derive(Clone, Copy)]
+    enum On<'w> {
+        Dir,
+        Files(&'w Files),
+    }
+
+    impl On<'_> {
+        fn leading<'a>(&'a self, w: &'a Watcher) -> &'a AtomicBool {
+            match self {
+                On::Dir => &w.leading,
+                On::Files(f) => &f.leading,
+            }
+        }
+
+        fn dead<'a>(&'a self, w: &'a Watcher) -> &'a AtomicBool {
+            match self {
+                On::Dir => &w.dead,
+                On::Files(f) => &f.dead,
+            }
+        }
+
+        fn inotify<'a>(&'a self, w: &'a Watcher) -> &'a Inotify {
+            match self {
+                On::Dir => &w.inotify,
+                On::Files(f) => &f.inotify,
+            }
+        }
+
+        fn read(&self, sub: &Subscription<'_>) -> Vec<Event> {
+            match self {
+                On::Dir => sub.watcher.read(true),
+                On::Files(f) => f.read(sub.dir),
+            }
+        }
+    }
 
     /// How many async waits may watch their owner's exit at once, process-wide.
     pub(super) const EXIT_WATCHES: usize = 64;
@@ -768,8 +970,9 @@ mod reactor {
     /// also when the task's future is dropped while it leads (a cancelled wait).
     struct Lead<'s, 'd> {
         sub: &'s Subscription<'d>,
-        /// A duplicate of the shared instance's descriptor, registered with the
-        /// reactor for this lead only.
+        on: On<'s>,
+        /// A duplicate of the instance's descriptor, registered with the reactor for this
+        /// lead only.
         fd: Option<AsyncFd<OwnedFd>>,
     }
 
@@ -778,7 +981,9 @@ mod reactor {
             // Deregistered before the next leader can register it (on the same reactor,
             // a second registration of the descriptor would be refused).
             drop(self.fd.take());
-            self.sub.watcher.resign(Some(self.sub.id));
+            let w = &self.sub.watcher;
+            self.on.leading(w).store(false, Ordering::SeqCst);
+            w.wake_followers(Some(self.sub.id));
         }
     }
 
@@ -793,8 +998,9 @@ mod reactor {
         ) -> Result<Removed, ()> {
             let sub = self.sub;
             let w = &sub.watcher;
-            let registered = w
-                .inotify
+            let on = self.on;
+            let registered = on
+                .inotify(w)
                 .as_fd()
                 .try_clone_to_owned()
                 .and_then(sys::register_readable);
@@ -829,7 +1035,7 @@ mod reactor {
                 match ready {
                     None => return Ok(Removed::NOTHING),
                     Some(true) => {
-                        let events = w.read(true);
+                        let events = on.read(sub);
                         w.broadcast(&events, Some(sub.id));
                         let removed = sub.interest.lock().concern_all(&events);
                         if !removed.is_nothing() {
@@ -841,7 +1047,7 @@ mod reactor {
                         }
                     }
                     Some(false) => {
-                        w.dead.store(true, Ordering::SeqCst);
+                        on.dead(w).store(true, Ordering::SeqCst);
                         w.broadcast(&[Event::Anything], Some(sub.id));
                         return Ok(Removed::OTHER);
                     }
@@ -923,24 +1129,54 @@ mod reactor {
                 sleep.await;
                 return Removed::NOTHING;
             }
+            // A wait on one file watches that file on the process's `Files`, as a
+            // blocking wait does on its thread's own instance; others, and a file that
+            // cannot be watched, the shared watch of the directory.
+            let mut on = On::Dir;
+            let mut _watching = None;
+            // Not in the `if let`: the interest's guard would live through the block, and
+            // `current` below locks every member's interest, ours too.
+            let one = self.interest.lock().single_file();
+            if let Some(name) = one
+                && let Some(files) = w.files()
+            {
+                // As `wait_for_file`: pass on what the shared watch holds, if no one
+                // leads it, and end here if that concerns us.
+                w.current();
+                let removed = Removed::take(&self.changed);
+                if !removed.is_nothing() {
+                    return removed;
+                }
+                match files.watch(self, name) {
+                    Ok(Some(watching)) => {
+                        _watching = Some(watching);
+                        on = On::Files(files);
+                    }
+                    Ok(None) if name == LockName::Master => return Removed::MASTER,
+                    Ok(None) => return Removed::OTHER,
+                    Err(()) => {}
+                }
+            }
             loop {
                 let removed = Removed::take(&self.changed);
                 if !removed.is_nothing() {
                     return removed;
                 }
-                if w.dead.load(Ordering::SeqCst) {
+                if on.dead(w).load(Ordering::SeqCst) {
                     return Removed::OTHER;
                 }
                 // As `follow_or_lead`: a follower first, so that a leader resigning
                 // meanwhile wakes us.
                 self.following.store(true, Ordering::SeqCst);
-                if w.leading
+                if on
+                    .leading(w)
                     .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
                     .is_ok()
                 {
                     self.following.store(false, Ordering::SeqCst);
                     let mut lead = Lead {
                         sub: self,
+                        on,
                         fd: None,
                     };
                     match lead.run(sleep.as_mut(), exit).await {
@@ -960,8 +1196,8 @@ mod reactor {
                     // after this point wakes us, one before it is seen below.
                     *self.task.lock() = Some(cx.waker().clone());
                     if self.changed.load(Ordering::SeqCst) != 0
-                        || !w.leading.load(Ordering::SeqCst)
-                        || w.dead.load(Ordering::SeqCst)
+                        || !on.leading(w).load(Ordering::SeqCst)
+                        || on.dead(w).load(Ordering::SeqCst)
                     {
                         return Poll::Ready(true);
                     }
@@ -1119,6 +1355,8 @@ fn start(dir: &impl AsFd, pid: u32) -> Option<Arc<Watcher>> {
         leading: AtomicBool::new(false),
         members: Mutex::new(Vec::new()),
         dead: AtomicBool::new(false),
+        #[cfg(feature = "tokio")]
+        files: std::sync::OnceLock::new(),
     }))
 }
 
