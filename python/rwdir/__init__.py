@@ -163,12 +163,14 @@ class Error(OSError):
         return str(self.args[0]) if self.args else ""
 
     def __reduce__(self):
-        return (_rebuild, (type(self), self.args[0] if self.args else "", dict(self.__dict__)))
+        state = dict(self.__dict__, errno=self.errno, filename=self.filename)
+        return (_rebuild, (type(self), self.args[0] if self.args else "", state))
 
 
 def _rebuild(cls, message, state):
     e = cls(message)
-    e.__dict__.update(state)
+    for k, v in state.items():
+        setattr(e, k, v)
     return e
 
 
@@ -293,13 +295,16 @@ class AsyncAcquisition(Generic[G]):
         return op.result()
 
     def __await__(self):
+        """`await lock.write_async()`: waits, then returns the guard (release it)."""
         return self._acquire().__await__()
 
     async def __aenter__(self) -> G:
+        """Waits for the lock; returns the guard."""
         self._guard = await self._acquire()
         return self._guard
 
     async def __aexit__(self, exc_type, exc, tb) -> bool:
+        """Releases the lock (as the guard's __exit__ does)."""
         guard, self._guard = self._guard, None
         if guard is not None:
             return guard.__exit__(exc_type, exc, tb)

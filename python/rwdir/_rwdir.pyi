@@ -7,7 +7,7 @@ from typing import List, Literal, Optional, Tuple, Type, Union
 
 from . import AsyncAcquisition, Entry, Status
 
-_Path = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
+_Path = Union[str, "os.PathLike[str]"]
 
 DEFAULT_LEASE: float
 DEFAULT_POLL: Tuple[float, float]

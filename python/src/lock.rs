@@ -182,13 +182,14 @@ impl PyDirLock {
         entries(py, &removed)
     }
 
-    fn __repr__(&self) -> String {
-        format!(
-            "rwdir.DirLock({:?}, lease={}, poll={:?})",
-            self.lock.path().display().to_string(),
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(format!(
+            "rwdir.DirLock({}, lease={:?}, poll=({:?}, {:?}))",
+            path_str(py, self.lock.path())?.repr()?,
             self.lock.lease().as_secs_f64(),
-            self.poll
-        )
+            self.poll.0,
+            self.poll.1
+        ))
     }
 }
 

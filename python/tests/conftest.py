@@ -1,0 +1,158 @@
+"""Helpers for the rwdir tests: child processes that say when they are ready, and
+bounded waits for what can only be observed by looking (a queue file appearing).
+
+No test sleeps to decide pass or fail: children report readiness on a pipe (their
+stdout), and conditions seen through `lock.status()` are polled with a bound.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Callable, List, Optional
+
+import pytest
+
+import rwdir
+
+# Imported by every child: `say` reports to the parent (one line on stdout),
+# `expect` waits for the parent's word (one line on stdin).
+CHILD_PRELUDE = """
+import os, sys, time, signal, json
+import rwdir
+def say(*words):
+    print(*words, flush=True)
+def expect():
+    return sys.stdin.readline().strip()
+"""
+
+
+class Child:
+    """A Python child process running `code` (after CHILD_PRELUDE)."""
+
+    def __init__(self, code: str, **kw) -> None:
+        src = CHILD_PRELUDE + textwrap.dedent(code)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", src],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            **kw,
+        )
+        self.pid = self.proc.pid
+
+    def line(self) -> str:
+        """The child's next line; fails (with its stderr) if it exits first."""
+        out = self.proc.stdout.readline()
+        if not out:
+            self.proc.wait(10)
+            raise AssertionError(
+                f"child {self.pid} exited ({self.proc.returncode}) without a word: "
+                f"{self.proc.stderr.read()}"
+            )
+        return out.strip()
+
+    def expect(self, word: str) -> str:
+        got = self.line()
+        assert got.split()[0] == word, f"child said {got!r}, expected {word!r}"
+        return got
+
+    def tell(self, word: str = "go") -> None:
+        self.proc.stdin.write(word + "\n")
+        self.proc.stdin.flush()
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
+
+    def finish(self, timeout: float = 20) -> str:
+        """Waits for the exit; returns the remaining stdout, fails on a non-zero exit."""
+        out, err = self.proc.communicate(timeout=timeout)
+        assert self.proc.returncode == 0, f"child {self.pid} exited {self.proc.returncode}: {err}"
+        return out
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if f:
+                f.close()
+
+
+@pytest.fixture
+def child(request) -> Callable[..., Child]:
+    """`child(code)` starts a Child; all are killed at the end of the test."""
+    made: List[Child] = []
+
+    def start(code: str, **kw) -> Child:
+        c = Child(code, **kw)
+        made.append(c)
+        return c
+
+    yield start
+    for c in made:
+        c.close()
+
+
+def wait_until(cond: Callable[[], object], what: str, timeout: float = 10.0):
+    """Polls `cond` (bounded) until it is true; returns its value."""
+    end = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.002)
+
+
+def pending_of(lock: rwdir.DirLock, pid: int) -> Optional[rwdir.Entry]:
+    """The queued writer of process `pid`, if any."""
+    return next((e for e in lock.status().pending if e.pid == pid), None)
+
+
+def files(d: Path) -> List[str]:
+    """The lock files in d/.rwdir (token files aside)."""
+    state = d / ".rwdir"
+    if not state.exists():
+        return []
+    return sorted(n for n in os.listdir(state) if not n.startswith(".token-"))
+
+
+@pytest.fixture
+def lock(tmp_path: Path) -> rwdir.DirLock:
+    return rwdir.DirLock(tmp_path)
+
+
+def _find_rwdir() -> Optional[str]:
+    env = os.environ.get("RWDIR_BIN")
+    if env:
+        return env
+    repo = Path(__file__).resolve().parents[2]
+    targets = [Path(os.environ["CARGO_TARGET_DIR"])] if "CARGO_TARGET_DIR" in os.environ else []
+    targets.append(repo / "target")
+    for t in targets:
+        for profile in ("release", "debug"):
+            p = t / profile / "rwdir"
+            if p.is_file():
+                return str(p)
+    return shutil.which("rwdir")
+
+
+@pytest.fixture(scope="session")
+def rwdir_bin() -> str:
+    """The `rwdir` command (RWDIR_BIN, else target/{release,debug}/rwdir); in CI its
+    absence fails the tests that need it instead of skipping them."""
+    path = _find_rwdir()
+    if path is None:
+        if os.environ.get("CI"):
+            pytest.fail("the rwdir command was not found: set RWDIR_BIN")
+        pytest.skip("the rwdir command was not found: build it (cargo build -p rwdir-cli) or set RWDIR_BIN")
+    return path
