@@ -275,9 +275,6 @@ class AsyncAcquisition(Generic[G]):
         self._guard: Optional[G] = None
 
     async def _acquire(self) -> G:
-        if self._timeout == 0:
-            # One attempt, which never sleeps: no task needed.
-            return self._lock.write(0) if self._write else self._lock.read(0)  # type: ignore[return-value]
         loop = asyncio.get_running_loop()
         done = loop.create_future()
         op = _rwdir._start_async(self._lock, self._write, self._timeout)

@@ -16,7 +16,7 @@
 use std::io::{PipeReader, Read};
 use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use pyo3::exceptions::{PyOSError, PyRuntimeError};
 use pyo3::prelude::*;
@@ -27,7 +27,7 @@ use tokio::task::JoinHandle;
 use crate::errors::to_py;
 use crate::guard::{PyReadGuard, PyWriteGuard};
 use crate::lock::PyDirLock;
-use crate::wait::{Timeout, timed_out};
+use crate::wait::{Timeout, busy, timed_out};
 
 /// The runtime of this process: `(pid, runtime)`. A forked child makes its own (the
 /// parent's worker thread is not there); the parent's is leaked, never dropped (its
@@ -147,13 +147,18 @@ pub(crate) fn start_async(
             }
         };
         let got = match timeout {
+            Timeout::Never => waiting.await,
+            // One attempt: the future's first poll makes it (and tries again at once
+            // if a wake-up came meanwhile); a zero timeout then drops it, undone.
+            Timeout::Once => {
+                let got = tokio::time::timeout(Duration::ZERO, waiting).await;
+                got.unwrap_or_else(|_| Err(busy(&lock, want)))
+            }
             Timeout::After(d) => {
                 // The timed-out future (and its files) is gone after this statement.
                 let got = tokio::time::timeout(d, waiting).await;
                 got.unwrap_or_else(|_| Err(timed_out(&lock, want, started.elapsed())))
             }
-            // `Once` is `try_*`, made by the caller without a task.
-            Timeout::Never | Timeout::Once => waiting.await,
         };
         *result.lock().unwrap_or_else(|p| p.into_inner()) = Some(got);
     });

@@ -99,6 +99,20 @@ pub(crate) fn timed_out(lock: &DirLock, want: Kind, waited: Duration) -> rwdir::
     }
 }
 
+/// The error for one attempt (an async `timeout=0`) that found the lock held, its own
+/// files already removed: as the library's `try_*` says it.
+pub(crate) fn busy(lock: &DirLock, want: Kind) -> rwdir::Error {
+    let holder = lock
+        .status()
+        .ok()
+        .and_then(|st| st.blocker(want, |_| false).cloned())
+        .map(Box::new);
+    rwdir::Error::WouldBlock {
+        dir: lock.path().to_path_buf(),
+        holder,
+    }
+}
+
 /// A current-thread runtime with the I/O and time drivers the library's waits need.
 pub(crate) fn runtime() -> PyResult<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread()

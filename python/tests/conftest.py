@@ -118,6 +118,12 @@ def pending_of(lock: rwdir.DirLock, pid: int) -> Optional[rwdir.Entry]:
     return next((e for e in lock.status().pending if e.pid == pid), None)
 
 
+def writer_pid(lock: rwdir.DirLock) -> Optional[int]:
+    """The pid of the writer (.master_lock), if any."""
+    w = lock.status().writer
+    return w.pid if w else None
+
+
 def files(d: Path) -> List[str]:
     """The lock files in d/.rwdir (token files aside)."""
     state = d / ".rwdir"
