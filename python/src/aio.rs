@@ -81,8 +81,8 @@ impl AsyncOp {
     /// The guard, or the exception, once the task finished.
     fn result(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         match take(&self.slot) {
-            Some(Ok(Granted::Read(g))) => Ok(Py::new(py, PyReadGuard::new(g))?.into_any()),
-            Some(Ok(Granted::Write(g))) => Ok(Py::new(py, PyWriteGuard::new(g))?.into_any()),
+            Some(Ok(Granted::Read(g))) => Ok(Py::new(py, PyReadGuard::new(g, false))?.into_any()),
+            Some(Ok(Granted::Write(g))) => Ok(Py::new(py, PyWriteGuard::new(g, false))?.into_any()),
             Some(Err(e)) => Err(to_py(py, e)),
             None => Err(PyRuntimeError::new_err("the acquisition has not finished")),
         }

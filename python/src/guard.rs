@@ -1,13 +1,14 @@
 //! `rwdir.ReadGuard` and `rwdir.WriteGuard`: the library's guards, held in a slot that
 //! any thread may empty (release), and that the garbage collector empties too (drop).
 
-use std::path::PathBuf;
-use std::sync::Mutex;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use pyo3::prelude::*;
 
 use crate::errors::{py_err, to_py};
+use crate::mine::{self, Probe};
 use crate::values::path_str;
 
 /// What both library guards offer.
@@ -51,15 +52,37 @@ pub(crate) struct Slot<G> {
     path: PathBuf,
     /// Whether the lock was found lost (kept after the release).
     lost: AtomicBool,
+    /// Taken after waiting, by the blocking API: in [`mine`]'s records.
+    waited: bool,
+}
+
+impl<G: Guard> Probe for Slot<G> {
+    fn holds(&self) -> bool {
+        self.is_held() && !self.is_lost()
+    }
+    fn file(&self) -> &Path {
+        &self.path
+    }
 }
 
 impl<G: Guard> Slot<G> {
-    pub(crate) fn new(guard: G) -> Slot<G> {
-        Slot {
+    /// `waited`: taken by a blocking call after waiting (not by its first attempt, and
+    /// not by an asyncio task): recorded as the calling thread's ([`mine`]).
+    pub(crate) fn new(guard: G, kind: rwdir::Kind, waited: bool) -> Arc<Slot<G>>
+    where
+        G: 'static,
+    {
+        let slot = Arc::new(Slot {
             path: guard.path(),
             guard: Mutex::new(Some(guard)),
             lost: AtomicBool::new(false),
+            waited,
+        });
+        if waited {
+            let probe: Arc<dyn Probe> = slot.clone();
+            mine::record(kind, &probe);
         }
+        slot
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<G>> {
@@ -163,7 +186,7 @@ impl<G: Guard> Slot<G> {
 #[pyclass(module = "rwdir", name = "ReadGuard", frozen)]
 #[derive(Debug)]
 pub(crate) struct PyReadGuard {
-    pub(crate) slot: Slot<rwdir::ReadGuard>,
+    pub(crate) slot: Arc<Slot<rwdir::ReadGuard>>,
 }
 
 /// The exclusive (write) lock on a directory, held until it is released.
@@ -177,21 +200,25 @@ pub(crate) struct PyReadGuard {
 #[pyclass(module = "rwdir", name = "WriteGuard", frozen)]
 #[derive(Debug)]
 pub(crate) struct PyWriteGuard {
-    pub(crate) slot: Slot<rwdir::WriteGuard>,
+    pub(crate) slot: Arc<Slot<rwdir::WriteGuard>>,
     token: u64,
 }
 
 impl PyReadGuard {
-    pub(crate) fn new(g: rwdir::ReadGuard) -> PyReadGuard {
-        PyReadGuard { slot: Slot::new(g) }
+    /// `waited`: see [`Slot::new`].
+    pub(crate) fn new(g: rwdir::ReadGuard, waited: bool) -> PyReadGuard {
+        PyReadGuard {
+            slot: Slot::new(g, rwdir::Kind::Read, waited),
+        }
     }
 }
 
 impl PyWriteGuard {
-    pub(crate) fn new(g: rwdir::WriteGuard) -> PyWriteGuard {
+    /// `waited`: see [`Slot::new`].
+    pub(crate) fn new(g: rwdir::WriteGuard, waited: bool) -> PyWriteGuard {
         PyWriteGuard {
             token: g.token(),
-            slot: Slot::new(g),
+            slot: Slot::new(g, rwdir::Kind::Write, waited),
         }
     }
 }
@@ -299,7 +326,9 @@ guard_methods!(PyWriteGuard, "the writer's file (.rwdir/.master_lock)", {
             return Err(to_py(py, self.slot.released_error()));
         };
         let r = py.detach(|| g.downgrade()).map_err(py_err(py))?;
-        Ok(PyReadGuard::new(r))
+        // The library counts the reader as the thread's if it counted the writer; this
+        // binding's record does the same for a writer taken after waiting.
+        Ok(PyReadGuard::new(r, self.slot.waited))
     }
 
     fn __repr__(&self) -> String {

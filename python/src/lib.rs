@@ -13,6 +13,7 @@ mod aio;
 mod errors;
 mod guard;
 mod lock;
+mod mine;
 mod values;
 mod wait;
 

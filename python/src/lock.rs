@@ -106,7 +106,8 @@ impl PyDirLock {
     #[pyo3(signature = (timeout = None))]
     fn read(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<PyReadGuard> {
         let t = Timeout::from_py(timeout)?;
-        blocking(py, &self.lock, t).map(PyReadGuard::new)
+        blocking::<rwdir::ReadGuard>(py, &self.lock, t)
+            .map(|(g, waited)| PyReadGuard::new(g, waited))
     }
 
     /// Takes the exclusive (write) lock and returns its WriteGuard, a context manager
@@ -123,7 +124,8 @@ impl PyDirLock {
     #[pyo3(signature = (timeout = None))]
     fn write(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<PyWriteGuard> {
         let t = Timeout::from_py(timeout)?;
-        blocking(py, &self.lock, t).map(PyWriteGuard::new)
+        blocking::<rwdir::WriteGuard>(py, &self.lock, t)
+            .map(|(g, waited)| PyWriteGuard::new(g, waited))
     }
 
     /// For asyncio: `async with lock.read_async(timeout=None) as guard: ...`, or

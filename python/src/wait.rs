@@ -12,6 +12,7 @@
 //! names who is in the way, as the library's own timeouts do.
 
 use std::future::Future;
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::time::{Duration, Instant};
 
@@ -121,17 +122,47 @@ pub(crate) fn runtime() -> PyResult<tokio::runtime::Runtime> {
         .map_err(|e| PyOSError::new_err(format!("failed to start a tokio runtime: {e}")))
 }
 
-/// `DirLock.read()` / `DirLock.write()`: see the module docs.
+/// The error for a wait that only the calling thread's own release could end: its
+/// recorded guard `mine` ([`crate::mine`]) is in the way.
+fn would_deadlock(lock: &DirLock, want: Kind, mine: (Kind, PathBuf)) -> rwdir::Error {
+    let writer = match (want, mine.0) {
+        // A read behind a writer that waits for this thread's read guard: name it.
+        (Kind::Read, Kind::Read) => lock
+            .status()
+            .ok()
+            .and_then(|st| st.blocker(Kind::Read, |_| false).cloned())
+            .map(Box::new),
+        _ => None,
+    };
+    rwdir::Error::WouldDeadlock {
+        dir: lock.path().to_path_buf(),
+        want,
+        held: mine.0,
+        path: mine.1,
+        writer,
+    }
+}
+
+/// `DirLock.read()` / `DirLock.write()`: see the module docs. The guard, and whether it
+/// was taken after waiting (not by the first attempt).
 pub(crate) fn blocking<G: Acquire>(
     py: Python<'_>,
     lock: &DirLock,
     timeout: Timeout,
-) -> PyResult<G> {
+) -> PyResult<(G, bool)> {
     let started = Instant::now();
-    match py.detach(|| G::try_now(lock)) {
-        Ok(g) => return Ok(g),
-        Err(rwdir::Error::WouldBlock { .. }) if timeout != Timeout::Once => {}
+    let busy = match py.detach(|| G::try_now(lock)) {
+        Ok(g) => return Ok((g, false)),
+        Err(e @ rwdir::Error::WouldBlock { .. }) => e,
         Err(e) => return Err(to_py(py, e)),
+    };
+    // The lock is busy: a guard of this thread that the library does not count as the
+    // thread's (taken after waiting) may be what is in the way.
+    if let Some(mine) = crate::mine::in_the_way(&lock.path().join(".rwdir")) {
+        return Err(to_py(py, would_deadlock(lock, G::KIND, mine)));
+    }
+    if timeout == Timeout::Once {
+        return Err(to_py(py, busy));
     }
     let deadline = match timeout {
         Timeout::After(d) => started.checked_add(d),
@@ -158,7 +189,7 @@ pub(crate) fn blocking<G: Acquire>(
         if let Ok(done) =
             py.detach(|| rt.block_on(async { tokio::time::timeout(slice, step).await }))
         {
-            return done.map_err(py_err(py));
+            return done.map(|g| (g, true)).map_err(py_err(py));
         }
         if let Err(interrupted) = py.check_signals() {
             give_up(waiting);

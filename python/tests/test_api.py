@@ -342,6 +342,47 @@ def test_a_thread_asking_for_its_own_lock_is_refused(lock):
             lock.write(timeout=0)
 
 
+def test_a_thread_asking_for_its_own_lock_is_refused_also_after_waiting(lock):
+    # Guards taken after waiting (the binding drives the library's async wait for them)
+    # count as the thread's too: no wait for ever on its own guard.
+    h = Holder(lock, write=True)
+
+    def waits_then_asks():
+        w = lock.write(timeout=30)  # waits for the holder
+        with pytest.raises(rwdir.WouldDeadlock) as e:
+            lock.read(timeout=30)
+        assert str(e.value).endswith("this thread holds the write lock on it "
+                                     f"(`{w.path}`); release or downgrade that guard first")
+        with pytest.raises(rwdir.WouldDeadlock):
+            lock.write(timeout=0)
+        r = w.downgrade()  # the reader counts as the thread's too
+        with pytest.raises(rwdir.WouldDeadlock):
+            lock.write()
+        lock.read(timeout=0).release()  # readers share, no writer waits
+        r.release()
+        with lock.write(timeout=0):
+            pass
+
+    result = {}
+    t = threading.Thread(target=lambda: result.setdefault("r", _catch(waits_then_asks)))
+    t.start()
+    wait_until(lambda: lock.status().pending, "the thread's queue file")
+    h.stop()
+    t.join(60)
+    assert not t.is_alive()
+    if result["r"] is not None:
+        raise result["r"]
+    assert lock.status().is_free()
+
+
+def _catch(fn):
+    try:
+        fn()
+    except BaseException as e:  # noqa: BLE001 - re-raised by the test
+        return e
+    return None
+
+
 def test_a_guard_may_be_released_by_another_thread(lock):
     w = lock.write()
     in_thread(w.release)
