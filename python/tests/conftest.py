@@ -8,6 +8,7 @@ stdout), and conditions seen through `lock.status()` are polled with a bound.
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import subprocess
 import sys
@@ -47,8 +48,12 @@ class Child:
         )
         self.pid = self.proc.pid
 
-    def line(self) -> str:
-        """The child's next line; fails (with its stderr) if it exits first."""
+    def line(self, timeout: float = 60) -> str:
+        """The child's next line; fails (with its stderr) if it exits first, or says
+        nothing for `timeout` seconds."""
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        if not ready:
+            raise AssertionError(f"child {self.pid} said nothing for {timeout} s")
         out = self.proc.stdout.readline()
         if not out:
             self.proc.wait(10)
