@@ -8,11 +8,12 @@ stdout), and conditions seen through `lock.status()` are polled with a bound.
 from __future__ import annotations
 
 import os
-import select
+import queue
 import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 from typing import Callable, List, Optional
@@ -47,14 +48,23 @@ class Child:
             **kw,
         )
         self.pid = self.proc.pid
+        # The child's lines, read by a thread (a select on the pipe would miss lines
+        # already in the reader's buffer).
+        self.lines: "queue.Queue[str]" = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for out in self.proc.stdout:
+            self.lines.put(out)
+        self.lines.put("")
 
     def line(self, timeout: float = 60) -> str:
         """The child's next line; fails (with its stderr) if it exits first, or says
         nothing for `timeout` seconds."""
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        if not ready:
-            raise AssertionError(f"child {self.pid} said nothing for {timeout} s")
-        out = self.proc.stdout.readline()
+        try:
+            out = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"child {self.pid} said nothing for {timeout} s") from None
         if not out:
             self.proc.wait(10)
             raise AssertionError(
@@ -76,11 +86,13 @@ class Child:
         self.proc.kill()
         self.proc.wait(10)
 
-    def finish(self, timeout: float = 20) -> str:
-        """Waits for the exit; returns the remaining stdout, fails on a non-zero exit."""
-        out, err = self.proc.communicate(timeout=timeout)
-        assert self.proc.returncode == 0, f"child {self.pid} exited {self.proc.returncode}: {err}"
-        return out
+    def finish(self, timeout: float = 20) -> None:
+        """Waits for the exit; fails on a non-zero exit."""
+        self.proc.stdin.close()
+        self.proc.wait(timeout)
+        assert self.proc.returncode == 0, (
+            f"child {self.pid} exited {self.proc.returncode}: {self.proc.stderr.read()}"
+        )
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -121,6 +133,35 @@ def wait_until(cond: Callable[[], object], what: str, timeout: float = 10.0):
 def pending_of(lock: rwdir.DirLock, pid: int) -> Optional[rwdir.Entry]:
     """The queued writer of process `pid`, if any."""
     return next((e for e in lock.status().pending if e.pid == pid), None)
+
+
+def queued(lock: rwdir.DirLock, pid: int) -> rwdir.Entry:
+    """The queue file of a writer of process `pid` that waits, once it is there.
+
+    A blocking write() first makes one attempt, which may queue and withdraw a file of
+    its own within microseconds before the wait queues for good; so the file counts once
+    two looks 20 ms apart see the same one."""
+    while True:
+        first = wait_until(lambda: pending_of(lock, pid), f"a queue file of pid {pid}")
+        time.sleep(0.02)
+        again = pending_of(lock, pid)
+        if again is not None and again.path == first.path:
+            return again
+
+
+def stable_pending(lock: rwdir.DirLock, n: int) -> List[str]:
+    """The paths of the queue, once it holds `n` files and two looks 20 ms apart agree
+    (see `queued`)."""
+
+    def look() -> Optional[List[str]]:
+        paths = [e.path for e in lock.status().pending]
+        return paths if len(paths) == n else None
+
+    while True:
+        first = wait_until(look, f"{n} queued writers")
+        time.sleep(0.02)
+        if look() == first:
+            return first
 
 
 def writer_pid(lock: rwdir.DirLock) -> Optional[int]:

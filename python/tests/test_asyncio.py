@@ -11,7 +11,7 @@ import time
 import pytest
 
 import rwdir
-from conftest import files, pending_of, writer_pid
+from conftest import files, pending_of, stable_pending, writer_pid
 
 
 def run(coro):
@@ -124,7 +124,8 @@ def test_writers_are_served_in_order_across_threads_and_tasks(lock):
         w = lock.write()
         t = threading.Thread(target=lambda: (lock.write(timeout=30).release(), order.append("thread")))
         t.start()
-        await until(lambda: len(lock.status().pending) == 1, "the thread's queue file")
+        # The thread's wait queued for good (not its first attempt's passing file).
+        await asyncio.get_running_loop().run_in_executor(None, stable_pending, lock, 1)
 
         async def task():
             async with lock.write_async(timeout=30):

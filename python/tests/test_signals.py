@@ -11,7 +11,7 @@ import time
 import pytest
 
 import rwdir
-from conftest import files, pending_of, wait_until, writer_pid
+from conftest import files, pending_of, queued, wait_until, writer_pid
 
 WAITER = """
 import threading
@@ -53,7 +53,7 @@ def test_ctrl_c_while_queued_behind_a_writer(tmp_path, child):
     c = child(WAITER.format(path=str(tmp_path), mode="write"))
     c.expect("start")
     c.expect("waiting")
-    wait_until(lambda: pending_of(lock, c.pid), "the child's queue file")
+    queued(lock, c.pid)
     time.sleep(0.2)  # several slices of its wait pass (not a readiness guess)
     took = interrupt(c, lock)
     assert took < 0.1, f"KeyboardInterrupt after {took:.3f} s"
@@ -103,11 +103,11 @@ def test_a_custom_sigint_handler_that_does_not_raise_keeps_waiting(tmp_path, chi
         say("granted", len(seen))
     """)
     c.expect("start")
-    queued = wait_until(lambda: pending_of(lock, c.pid), "the child's queue file")
+    q = queued(lock, c.pid)
     os.kill(c.pid, signal.SIGINT)
     c.expect("handled")
     # Still in the queue, with the same file: the handler ran between two slices.
-    assert pending_of(lock, c.pid).path == queued.path
+    assert pending_of(lock, c.pid).path == q.path
     w.release()
     assert c.expect("granted").split()[1] == "1"
     c.finish()
@@ -127,10 +127,10 @@ def test_slices_keep_the_queue_place(tmp_path, child):
     """
     a = child(code.format(path=str(tmp_path)))
     a.expect("start")
-    wait_until(lambda: pending_of(lock, a.pid), "the first queue file")
+    queued(lock, a.pid)
     b = child(code.format(path=str(tmp_path)))
     b.expect("start")
-    wait_until(lambda: pending_of(lock, b.pid), "the second queue file")
+    queued(lock, b.pid)
     before = [e.path for e in lock.status().pending]
     time.sleep(0.5)  # ten slices of 50 ms
     assert [e.path for e in lock.status().pending] == before
@@ -141,3 +141,28 @@ def test_slices_keep_the_queue_place(tmp_path, child):
     b.tell()
     a.finish()
     b.finish()
+
+
+def test_ctrl_c_under_asyncio_run(tmp_path, child):
+    lock = rwdir.DirLock(tmp_path)
+    w = lock.write()
+    c = child(f"""
+        import asyncio
+        lock = rwdir.DirLock({str(tmp_path)!r})
+
+        async def main():
+            say("start")
+            async with lock.write_async():
+                say("granted")
+
+        try:
+            asyncio.run(main())  # SIGINT cancels the main task, then raises
+        except KeyboardInterrupt:
+            say("interrupted", time.monotonic())
+    """)
+    c.expect("start")
+    wait_until(lambda: pending_of(lock, c.pid), "the task's queue file")
+    took = interrupt(c, lock)
+    assert took < 0.1, f"KeyboardInterrupt after {took:.3f} s"
+    assert files(tmp_path) == [".master_lock"], "the cancelled task left a file"
+    w.release()
