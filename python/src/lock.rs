@@ -14,8 +14,6 @@ use crate::wait::{Timeout, blocking};
 
 /// A reader-writer lock on a directory, shared by threads, processes and hosts.
 ///
-/// DirLock(path, *, lease=45.0, poll=(0.001, 0.1))
-///
 /// `path` is the directory to protect; it must exist. The lock files live in
 /// `path/.rwdir/`, made on first use. Readers share the lock; a writer excludes
 /// everyone; writers are served first come, first served, and readers that arrive
@@ -53,6 +51,7 @@ fn seconds(what: &str, s: f64) -> PyResult<Duration> {
 #[pymethods]
 impl PyDirLock {
     #[new]
+    #[pyo3(text_signature = "(path, *, lease=45.0, poll=(0.001, 0.1))")]
     #[pyo3(signature = (path, *, lease = rwdir::DEFAULT_LEASE.as_secs_f64(), poll = (rwdir::DEFAULT_MIN_POLL.as_secs_f64(), rwdir::DEFAULT_MAX_POLL.as_secs_f64())))]
     fn new(py: Python<'_>, path: PathBuf, lease: f64, poll: (f64, f64)) -> PyResult<PyDirLock> {
         let lease_d = seconds("lease", lease)?;
@@ -101,8 +100,8 @@ impl PyDirLock {
     /// timeout=0 makes one attempt and raises rwdir.Busy (a BlockingIOError) if a
     /// writer holds or waits. Waiting releases the GIL; Ctrl-C (any signal handler that
     /// raises) interrupts it within 0.05 s, with nothing left behind. Raises
-    /// rwdir.WouldDeadlock if the calling thread itself holds the write lock (or a read
-    /// lock that a waiting writer waits for) through a guard it took without waiting.
+    /// rwdir.WouldDeadlock if only the calling thread's own release could grant it: it
+    /// holds the write lock, or a read lock that a waiting writer waits for.
     #[pyo3(signature = (timeout = None))]
     fn read(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<PyReadGuard> {
         let t = Timeout::from_py(timeout)?;
@@ -120,7 +119,7 @@ impl PyDirLock {
     /// releases the GIL; Ctrl-C (any signal handler that raises) interrupts it within
     /// 0.05 s and withdraws this writer's queue file, so the queue goes on at once.
     /// Raises rwdir.WouldDeadlock if the calling thread itself holds a lock on the
-    /// directory through a guard it took without waiting.
+    /// directory (only its own release could grant this one).
     #[pyo3(signature = (timeout = None))]
     fn write(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<PyWriteGuard> {
         let t = Timeout::from_py(timeout)?;
