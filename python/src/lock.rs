@@ -99,7 +99,7 @@ impl PyDirLock {
     /// long and then raises rwdir.Timeout (a TimeoutError) naming the holder in the way;
     /// timeout=0 makes one attempt and raises rwdir.Busy (a BlockingIOError) if a
     /// writer holds or waits. Waiting releases the GIL; Ctrl-C (any signal handler that
-    /// raises) interrupts it within 0.05 s, with nothing left behind. Raises
+    /// raises) interrupts it in the main thread at once, with nothing left behind. Raises
     /// rwdir.WouldDeadlock if only the calling thread's own release could grant it: it
     /// holds the write lock, or a read lock that a waiting writer waits for.
     #[pyo3(signature = (timeout = None))]
@@ -116,8 +116,9 @@ impl PyDirLock {
     /// timeout=None waits as long as it takes; a number of seconds waits at most that
     /// long and then raises rwdir.Timeout (a TimeoutError) naming the holder in the way;
     /// timeout=0 makes one attempt and raises rwdir.Busy (a BlockingIOError). Waiting
-    /// releases the GIL; Ctrl-C (any signal handler that raises) interrupts it within
-    /// 0.05 s and withdraws this writer's queue file, so the queue goes on at once.
+    /// releases the GIL; Ctrl-C (any signal handler that raises) interrupts it in the
+    /// main thread at once and withdraws this writer's queue file, so the queue goes
+    /// on at once.
     /// Raises rwdir.WouldDeadlock if the calling thread itself holds a lock on the
     /// directory (only its own release could grant this one).
     #[pyo3(signature = (timeout = None))]

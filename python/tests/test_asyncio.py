@@ -122,7 +122,11 @@ def test_writers_are_served_in_order_across_threads_and_tasks(lock):
 
     async def main():
         w = lock.write()
-        t = threading.Thread(target=lambda: (lock.write(timeout=30).release(), order.append("thread")))
+        def thread():
+            with lock.write(timeout=30):
+                order.append("thread")  # while it holds: recorded before the task's turn
+
+        t = threading.Thread(target=thread)
         t.start()
         # The thread's wait queued for good (not its first attempt's passing file).
         await asyncio.get_running_loop().run_in_executor(None, stable_pending, lock, 1)

@@ -166,3 +166,44 @@ def test_ctrl_c_under_asyncio_run(tmp_path, child):
     assert took < 0.1, f"KeyboardInterrupt after {took:.3f} s"
     assert files(tmp_path) == [".master_lock"], "the cancelled task left a file"
     w.release()
+
+
+def test_ctrl_c_where_a_wakeup_fd_is_set_already(tmp_path, child):
+    """With Python's wakeup fd taken by someone else (an asyncio loop sets one), the
+    wait looks at signals every 25 ms instead, and leaves that fd in place."""
+    lock = rwdir.DirLock(tmp_path)
+    w = lock.write()
+    c = child(WAITER.format(path=str(tmp_path), mode="write").replace(
+        "threading.Thread(target=watch",
+        "r, wfd = os.pipe(); os.set_blocking(wfd, False); signal.set_wakeup_fd(wfd)\n"
+        "threading.Thread(target=watch",
+    ).replace(
+        'say("interrupted", at)',
+        'say("interrupted", at)\nassert signal.set_wakeup_fd(-1) == wfd, "the wakeup fd changed"',
+    ))
+    c.expect("start")
+    c.expect("waiting")
+    queued(lock, c.pid)
+    took = interrupt(c, lock)
+    assert took < 0.1, f"KeyboardInterrupt after {took:.3f} s"
+    assert files(tmp_path) == [".master_lock"]
+    w.release()
+
+
+def test_the_wakeup_fd_is_given_back_after_a_wait(tmp_path, child):
+    lock = rwdir.DirLock(tmp_path)
+    w = lock.write()
+    c = child(f"""
+        import threading
+        lock = rwdir.DirLock({str(tmp_path)!r})
+        say("start")
+        try:
+            lock.write(timeout=0.2)
+        except rwdir.Timeout:
+            pass
+        say("after", signal.set_wakeup_fd(-1))
+    """)
+    c.expect("start")
+    assert c.expect("after").split()[1] == "-1"
+    c.finish()
+    w.release()
