@@ -2,9 +2,9 @@
 //!
 //! Every lock operation is the library's own; this crate only converts values, maps
 //! errors to Python exceptions and drives the library's waits so that Python stays
-//! responsive: blocking waits release the GIL and, in the main thread, look for signals
-//! (Ctrl-C) every [`wait::SLICE`], asyncio waits run on a tokio runtime of their own and never block
-//! the event loop. The Python-facing rest (dataclasses, exceptions, the asyncio glue)
+//! responsive: blocking waits release the GIL and, in the main thread, are woken by
+//! signals (Ctrl-C) through Python's wakeup fd ([`wait`]); asyncio waits run on a tokio
+//! runtime of their own and never block the event loop. The Python-facing rest (dataclasses, exceptions, the asyncio glue)
 //! is `rwdir/__init__.py`.
 
 use pyo3::prelude::*;
