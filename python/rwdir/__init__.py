@@ -25,7 +25,8 @@ import asyncio
 import errno as _errno
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Generic, List, Optional, TypeVar
+from types import TracebackType
+from typing import Any, Dict, Generator, Generic, List, Optional, Tuple, TypeVar
 
 from ._rwdir import DEFAULT_LEASE, DEFAULT_POLL, DirLock, ReadGuard, WriteGuard, cleanup
 from . import _rwdir
@@ -93,7 +94,8 @@ class Entry:
         return f"{role} pid {self.pid} on host {self.host} ({age} s)"
 
 
-def _entry(kind, host, pid, since, alive, path, pgid) -> Entry:
+def _entry(kind: str, host: Optional[str], pid: Optional[int], since: float,
+           alive: Optional[bool], path: str, pgid: Optional[int]) -> Entry:
     return Entry(kind, host, pid, datetime.fromtimestamp(since, timezone.utc), alive, path, pgid)
 
 
@@ -162,12 +164,12 @@ class Error(OSError):
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
 
-    def __reduce__(self):
+    def __reduce__(self) -> Tuple[Any, ...]:
         state = dict(self.__dict__, errno=self.errno, filename=self.filename)
         return (_rebuild, (type(self), self.args[0] if self.args else "", state))
 
 
-def _rebuild(cls, message, state):
+def _rebuild(cls: "type[Error]", message: str, state: Dict[str, Any]) -> Error:
     e = cls(message)
     for k, v in state.items():
         setattr(e, k, v)
@@ -223,9 +225,10 @@ _ERRNO = {
 }
 
 
-def _error(variant: str, message: str, errno: Optional[int], path: str, extra: dict) -> Error:
+def _error(variant: str, message: str, errno: Optional[int], path: str, extra: Dict[str, Any]) -> Error:
     """The exception for one of the library's errors (called by the binding)."""
     errno = errno if errno is not None else _ERRNO.get(variant)
+    cls: type[Error]
     if variant == "busy":
         cls = Busy
     elif variant == "timeout":
@@ -289,9 +292,9 @@ class AsyncAcquisition(Generic[G]):
             raise
         finally:
             loop.remove_reader(fd)
-        return op.result()
+        return op.result()  # type: ignore[return-value]  # read or write, as asked
 
-    def __await__(self):
+    def __await__(self) -> Generator[Any, None, G]:
         """`await lock.write_async()`: waits, then returns the guard (release it)."""
         return self._acquire().__await__()
 
@@ -300,7 +303,8 @@ class AsyncAcquisition(Generic[G]):
         self._guard = await self._acquire()
         return self._guard
 
-    async def __aexit__(self, exc_type, exc, tb) -> bool:
+    async def __aexit__(self, exc_type: Optional[type], exc: Optional[BaseException],
+                        tb: Optional[TracebackType]) -> bool:
         """Releases the lock (as the guard's __exit__ does)."""
         guard, self._guard = self._guard, None
         if guard is not None:
