@@ -237,6 +237,12 @@ fn wait_for<G: Acquire>(
         drop(waiting);
     };
     loop {
+        // Before every stretch, the first included: a signal that came before the wakeup
+        // fd was set (during the first attempt, say) wrote nothing to it.
+        if let Err(interrupted) = py.check_signals() {
+            give_up(waiting);
+            return Err(interrupted);
+        }
         let slice = match deadline {
             Some(d) => d.saturating_duration_since(Instant::now()).min(slice_for),
             None => slice_for,
@@ -275,10 +281,6 @@ fn wait_for<G: Acquire>(
         match woke {
             Woke::Done(done) => return done.map_err(py_err(py)),
             Woke::Slice | Woke::Signal => {}
-        }
-        if let Err(interrupted) = py.check_signals() {
-            give_up(waiting);
-            return Err(interrupted);
         }
     }
 }

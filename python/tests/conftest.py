@@ -164,6 +164,17 @@ def stable_pending(lock: rwdir.DirLock, n: int) -> List[str]:
             return first
 
 
+def settled(look: Callable[[], object], what: str):
+    """`look()`'s value once it is true and two looks 20 ms apart agree (a blocking
+    acquisition's first attempt makes and removes files of its own before its wait
+    makes them for good)."""
+    while True:
+        first = wait_until(look, what)
+        time.sleep(0.02)
+        if look() == first:
+            return first
+
+
 def writer_pid(lock: rwdir.DirLock) -> Optional[int]:
     """The pid of the writer (.master_lock), if any."""
     w = lock.status().writer

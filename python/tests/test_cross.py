@@ -10,7 +10,7 @@ import threading
 import pytest
 
 import rwdir
-from conftest import wait_until
+from conftest import settled, wait_until, writer_pid
 
 
 def no_output_yet(proc: subprocess.Popen) -> bool:
@@ -32,9 +32,13 @@ def test_python_reader_and_rwdir_write_exclude_each_other(tmp_path, rwdir_bin):
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )
     try:
-        wait_until(lambda: lock.status().writer or lock.status().pending, "the command's queue file")
-        st = lock.status()
-        assert {e.pid for e in ([st.writer] if st.writer else []) + st.pending} == {writer.pid}
+        def files_of_writers():
+            st = lock.status()
+            return ([st.writer] if st.writer else []) + st.pending
+
+        # (Maybe still its first attempt's file: the command tries once, then waits.)
+        waiting = wait_until(files_of_writers, "the command's queue file")
+        assert {e.pid for e in waiting} == {writer.pid}
         assert no_output_yet(writer), "COMMAND ran while a Python reader held the lock"
         reader.release()
         assert writer.stdout.readline() == "in\n"
@@ -70,7 +74,7 @@ def test_rwdir_read_and_a_python_writer_exclude_each_other(tmp_path, rwdir_bin):
         got = {}
         t = threading.Thread(target=lambda: got.setdefault("w", lock.write(timeout=30)))
         t.start()
-        wait_until(lambda: lock.status().writer, "the Python writer's .master_lock")
+        settled(lambda: writer_pid(lock) == os.getpid(), "the Python writer's .master_lock")
         assert "w" not in got
         out = subprocess.run([rwdir_bin, "read", "--no-wait", str(tmp_path), "true"],
                              capture_output=True, text=True, timeout=60)

@@ -11,7 +11,7 @@ import time
 import pytest
 
 import rwdir
-from conftest import files, pending_of, queued, wait_until, writer_pid
+from conftest import files, pending_of, queued, settled, wait_until, writer_pid
 
 WAITER = """
 import threading
@@ -69,7 +69,7 @@ def test_ctrl_c_while_waiting_for_readers_to_leave(tmp_path, child):
     c.expect("start")
     c.expect("waiting")
     # First in line, it made .master_lock and waits for this reader.
-    wait_until(lambda: writer_pid(lock) == c.pid, "the child's .master_lock")
+    settled(lambda: writer_pid(lock) == c.pid, "the child's .master_lock")
     took = interrupt(c, lock)
     assert took < 0.1, f"KeyboardInterrupt after {took:.3f} s"
     st = lock.status()
