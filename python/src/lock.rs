@@ -21,10 +21,11 @@ use crate::wait::{Timeout, blocking};
 /// recovered by the next contender: at once on the same host, after `lease` seconds
 /// without a heartbeat for a holder on another host (or in another pid namespace).
 ///
-/// `lease`: seconds a holder that cannot be checked directly counts as alive after its
-/// last heartbeat (heartbeats run every lease/3; give every user of a directory the same
-/// lease). `poll`: (shortest, longest) pause in seconds between two looks while waiting;
-/// on a local filesystem waiters are woken by inotify and polling is only the backstop.
+/// `lease` (default 45.0): seconds a holder that cannot be checked directly counts as
+/// alive after its last heartbeat (heartbeats run every lease/3; give every user of a
+/// directory the same lease). `poll` (default (0.001, 0.1)): shortest and longest pause
+/// in seconds between two looks while waiting; on a local filesystem waiters are woken
+/// by inotify and polling is only the backstop.
 ///
 /// The object is cheap and thread-safe; every acquisition is independent, and threads
 /// of one process take the lock as separate processes do. The lock is advisory: it

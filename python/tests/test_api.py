@@ -469,6 +469,9 @@ def test_every_public_item_has_a_docstring():
             if callable(member) or isinstance(member, property) or inspect.isgetsetdescriptor(member):
                 assert (member.__doc__ or "").strip(), f"{cls.__name__}.{name}"
     text = pydoc.render_doc(rwdir.DirLock, renderer=pydoc.plaintext)
-    for word in ("DirLock(path, *, lease=45.0, poll=(0.001, 0.1))", "read(self, /, timeout=None)",
-                 "write_async", "status", "cleanup", "Ctrl-C"):
+    for word in ("read(self, /, timeout=None)", "write_async", "status", "cleanup", "Ctrl-C",
+                 "`lease` (default 45.0)", "`poll` (default (0.001, 0.1))"):
         assert word in text, word
+    if sys.version_info >= (3, 10):  # a class's signature is shown from 3.10 on (abi3)
+        assert rwdir.DirLock.__text_signature__ == "(path, *, lease=45.0, poll=(0.001, 0.1))"
+        assert "DirLock(path, *, lease=45.0, poll=(0.001, 0.1))" in text
