@@ -256,10 +256,10 @@ def _wake(future: "asyncio.Future[None]") -> None:
         future.set_result(None)
 
 
-G = TypeVar("G", ReadGuard, WriteGuard)
+_G = TypeVar("_G", ReadGuard, WriteGuard)
 
 
-class AsyncAcquisition(Generic[G]):
+class AsyncAcquisition(Generic[_G]):
     """An acquisition for asyncio, from DirLock.read_async() or write_async().
 
     Use it as `async with lock.write_async(timeout=30) as guard: ...` (released when the
@@ -275,9 +275,9 @@ class AsyncAcquisition(Generic[G]):
         self._lock = lock
         self._write = write
         self._timeout = timeout
-        self._guard: Optional[G] = None
+        self._guard: Optional[_G] = None
 
-    async def _acquire(self) -> G:
+    async def _acquire(self) -> _G:
         loop = asyncio.get_running_loop()
         done = loop.create_future()
         op = _rwdir._start_async(self._lock, self._write, self._timeout)
@@ -294,11 +294,11 @@ class AsyncAcquisition(Generic[G]):
             loop.remove_reader(fd)
         return op.result()  # type: ignore[return-value]  # read or write, as asked
 
-    def __await__(self) -> Generator[Any, None, G]:
+    def __await__(self) -> Generator[Any, None, _G]:
         """`await lock.write_async()`: waits, then returns the guard (release it)."""
         return self._acquire().__await__()
 
-    async def __aenter__(self) -> G:
+    async def __aenter__(self) -> _G:
         """Waits for the lock; returns the guard."""
         self._guard = await self._acquire()
         return self._guard

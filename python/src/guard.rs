@@ -239,17 +239,17 @@ macro_rules! guard_methods {
             }
 
             #[doc = concat!(
-                "Checks now that ", $file, " is still ours; raises LockLost if it was ",
-                "removed or replaced by someone else, if its filesystem went away, or if ",
+                "Checks now that ", $file, " is still ours;\nraises LockLost if it was ",
+                "removed or replaced by someone else, if its\nfilesystem went away, or if ",
                 "the guard was released.")]
             fn check(&self, py: Python<'_>) -> PyResult<()> {
                 self.slot.check(py)
             }
 
             #[doc = concat!(
-                "Refreshes the lock now, as one beat of the background heartbeat does ",
-                "(checks that ", $file, " is ours, sets its mtime to now, checks again); ",
-                "raises LockLost if it is not. Never needed: a background thread does it ",
+                "Refreshes the lock now, as one beat of the background heartbeat does\n",
+                "(checks that ", $file, " is ours, sets its mtime to now,\nchecks again); ",
+                "raises LockLost if it is not. Never needed: a background\nthread does it ",
                 "every lease/3 while the lock is held.")]
             fn refresh(&self, py: Python<'_>) -> PyResult<()> {
                 self.slot.refresh(py)

@@ -7,6 +7,7 @@ import asyncio
 import os
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -81,7 +82,7 @@ def test_a_cancelled_task_leaves_no_files(lock, stage):
         assert files(lock_dir) == [os.path.basename(holder.path)]
         holder.release()
 
-    lock_dir = __import__("pathlib").Path(lock.path)
+    lock_dir = Path(lock.path)
     run(main())
     assert lock.status().is_free()
 
@@ -93,7 +94,7 @@ def test_wait_for_timeout_cancels_cleanly(lock):
                 await asyncio.wait_for(lock.read_async(), 0.1)
             with pytest.raises(asyncio.TimeoutError):
                 await asyncio.wait_for(lock.write_async(), 0.1)
-            assert files(__import__("pathlib").Path(lock.path)) == [".master_lock"]
+            assert files(Path(lock.path)) == [".master_lock"]
 
     run(main())
     assert lock.status().is_free()
