@@ -88,10 +88,8 @@ def test_the_child_takes_its_own_locks_also_with_asyncio(lock):
     asyncio.run(use())
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "library bug: the heartbeat thread is started once per process (a OnceLock); a child "
-    "forked after it started has none, so its guards are never refreshed and holders that "
-    "judge it by lease (other hosts, other pid namespaces) take it for dead after the lease"))
+# A forked child's guards get a heartbeat thread of the child's own (the library's
+# fix of the bug this test found: threads::a_forked_childs_guards_are_kept_fresh).
 def test_a_forked_childs_guards_are_refreshed(tmp_path):
     (tmp_path / "other").mkdir()
     held = rwdir.DirLock(tmp_path / "other").read()  # the parent's heartbeat thread runs
