@@ -1137,7 +1137,14 @@ mod reactor {
             // Not in the `if let`: the interest's guard would live through the block, and
             // `current` below locks every member's interest, ours too.
             let one = self.interest.lock().single_file();
-            if let Some(name) = one
+            // Not for a file of this process's own: its removal comes from a thread or
+            // task of ours, while the process is awake anyway, and a watch added and
+            // removed per wait is, for tasks of one thread handing the lock to each
+            // other, the largest cost of their hand-off (2 writer tasks on one
+            // current-thread runtime: 0.68-0.73x two threads' grants/s with it,
+            // BENCHMARKS.md, the async API).
+            let own = *self.owner.lock() == Some(ExitWatch::Me);
+            if let Some(name) = one.filter(|_| !own)
                 && let Some(files) = w.files()
             {
                 // As `wait_for_file`: pass on what the shared watch holds, if no one
