@@ -35,25 +35,15 @@
 mod common;
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::Arc;
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
+use common::workers::{DIR_ENV, KIND_ENV, Pipe, ROLE_ENV, Worker, arg, env};
 use common::{Loc, Rng, Table, Target, dur, mono_ns, quick};
 use rwdir::{DirLock, ReadGuard, WriteGuard};
 use tokio::runtime::Runtime;
-
-const ROLE_ENV: &str = "RWDIR_BENCH_ROLE";
-const MODE_ENV: &str = "RWDIR_BENCH_IMPL";
-const DIR_ENV: &str = "RWDIR_BENCH_DIR";
-const ARG_ENV: &str = "RWDIR_BENCH_ARG";
-
-/// How long the coordinator waits for any answer that should come "soon".
-const LONG: Duration = Duration::from_secs(120);
 
 /// The target of issue #15's benchmark: async within this factor of blocking.
 const TARGET: f64 = 1.2;
@@ -193,51 +183,8 @@ impl Taker {
     }
 }
 
-/// The worker's view of the coordinator: commands in, answers out.
-struct Pipe {
-    lines: Receiver<String>,
-}
-
-impl Pipe {
-    fn new() -> Pipe {
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in std::io::stdin().lock().lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Pipe { lines: rx }
-    }
-
-    /// The next command; `None` at EOF.
-    fn next(&self) -> Option<String> {
-        self.lines.recv().ok()
-    }
-
-    fn say(&self, line: &str) {
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "{line}");
-        let _ = out.flush();
-    }
-}
-
-fn env(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| panic!("{name} unset"))
-}
-
-fn arg<T: std::str::FromStr>(i: usize) -> T {
-    env(ARG_ENV)
-        .split(',')
-        .nth(i)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("{ARG_ENV}[{i}]"))
-}
-
 fn worker(role: &str) {
-    let mode = Mode::parse(&env(MODE_ENV));
+    let mode = Mode::parse(&env(KIND_ENV));
     let dir = std::path::PathBuf::from(env(DIR_ENV));
     let pipe = Pipe::new();
     match role {
@@ -523,94 +470,6 @@ fn worker_writers(mode: Mode, dir: &Path, pipe: &Pipe) {
 // =================================================================================
 // Coordinator side
 
-/// A worker process.
-struct Worker {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    lines: Receiver<String>,
-    role: String,
-}
-
-impl Worker {
-    fn spawn(role: &str, mode: Mode, dir: &Path, args: &[u64]) -> Worker {
-        let exe = std::env::current_exe().expect("current_exe");
-        let mut child = Command::new(exe)
-            .env(ROLE_ENV, role)
-            .env(MODE_ENV, mode.key())
-            .env(DIR_ENV, dir)
-            .env(
-                ARG_ENV,
-                args.iter()
-                    .map(u64::to_string)
-                    .collect::<Vec<_>>()
-                    .join(","),
-            )
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn worker");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Worker {
-            stdin: child.stdin.take(),
-            child,
-            lines: rx,
-            role: role.to_string(),
-        }
-    }
-
-    fn send(&mut self, line: &str) {
-        let stdin = self.stdin.as_mut().expect("stdin open");
-        writeln!(stdin, "{line}").expect("write to worker");
-        stdin.flush().expect("flush to worker");
-    }
-
-    fn recv(&self) -> String {
-        match self.lines.recv_timeout(LONG) {
-            Ok(l) => l,
-            Err(RecvTimeoutError::Timeout) => {
-                panic!("worker {} ({}) silent", self.role, self.child.id())
-            }
-            Err(RecvTimeoutError::Disconnected) => {
-                panic!("worker {} ({}) died", self.role, self.child.id())
-            }
-        }
-    }
-
-    /// The next answer, which must start with `word`; returns its numeric fields.
-    fn expect(&self, word: &str) -> Vec<u64> {
-        let l = self.recv();
-        let mut it = l.split_whitespace();
-        assert_eq!(it.next(), Some(word), "worker {}: {l:?}", self.role);
-        it.map(|x| x.parse().expect("number")).collect()
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        // EOF on stdin ends a worker that waits for commands.
-        drop(self.stdin.take());
-        let until = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < until {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// The median over rounds of the ratio of `x`'s round value to `base`'s.
 fn round_ratio(x: &[f64], base: &[f64]) -> f64 {
     common::median(&x.iter().zip(base).map(|(a, b)| a / b).collect::<Vec<_>>())
@@ -657,8 +516,8 @@ fn handoff_series(
     rng: &mut Rng,
 ) -> (Vec<f64>, usize) {
     let d = loc.fresh_dir();
-    let mut a = Worker::spawn("handoff", mode, d.path(), &[]);
-    let mut b = Worker::spawn("handoff", mode, d.path(), &[]);
+    let mut a = Worker::spawn("handoff", mode.key(), d.path(), &[]);
+    let mut b = Worker::spawn("handoff", mode.key(), d.path(), &[]);
     a.send("acquire X");
     a.expect("entering");
     a.expect("got");
@@ -705,7 +564,7 @@ fn handoff_series(
 /// `tokio::sync::RwLock`'s series, in a worker process of its own.
 fn tokio_handoff_series(shared: bool, k: usize) -> Vec<f64> {
     let d = Loc::Tmpfs.fresh_dir();
-    let mut w = Worker::spawn("tokio-handoff", Mode::Tokio, d.path(), &[]);
+    let mut w = Worker::spawn("tokio-handoff", Mode::Tokio.key(), d.path(), &[]);
     let (lo, hi) = hold_range();
     w.send(&format!("series {k} {} {lo} {hi}", u8::from(shared)));
     w.expect("samples").into_iter().map(|x| x as f64).collect()
@@ -860,9 +719,14 @@ fn contend_once(
     let ms = run.as_millis() as u64;
     let mut ws: Vec<Worker> = match shape {
         Shape::Processes => (0..n)
-            .map(|_| Worker::spawn("writers", mode, d.path(), &[ms, 1]))
+            .map(|_| Worker::spawn("writers", mode.key(), d.path(), &[ms, 1]))
             .collect(),
-        Shape::OneProcess => vec![Worker::spawn("writers", mode, d.path(), &[ms, n as u64])],
+        Shape::OneProcess => vec![Worker::spawn(
+            "writers",
+            mode.key(),
+            d.path(),
+            &[ms, n as u64],
+        )],
     };
     for w in &ws {
         w.expect("ready");

@@ -44,27 +44,18 @@ mod common;
 mod tasks;
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, Write};
 use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::workers::{DIR_ENV, KIND_ENV, LONG, Pipe, ROLE_ENV, Worker, arg, env};
 use common::{Loc, Rng, Table, Target, dur, mono_ns, quick};
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, ppoll};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use rwdir::{DirLock, ReadGuard, WriteGuard};
-
-const ROLE_ENV: &str = "RWDIR_BENCH_ROLE";
-const IMPL_ENV: &str = "RWDIR_BENCH_IMPL";
-const DIR_ENV: &str = "RWDIR_BENCH_DIR";
-const ARG_ENV: &str = "RWDIR_BENCH_ARG";
-
-/// How long the coordinator waits for any answer that should come "soon".
-const LONG: Duration = Duration::from_secs(120);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Impl {
@@ -275,54 +266,6 @@ impl Guard {
     }
 }
 
-/// The worker's view of the coordinator: commands in, answers out.
-struct Pipe {
-    lines: Receiver<String>,
-    out: std::io::Stdout,
-}
-
-impl Pipe {
-    fn new() -> Pipe {
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in std::io::stdin().lock().lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-            // EOF: the coordinator is done with us (the channel disconnects).
-        });
-        Pipe {
-            lines: rx,
-            out: std::io::stdout(),
-        }
-    }
-
-    /// The next command; `None` at EOF.
-    fn next(&self) -> Option<String> {
-        self.lines.recv().ok()
-    }
-
-    fn say(&mut self, line: &str) {
-        let mut out = self.out.lock();
-        let _ = writeln!(out, "{line}");
-        let _ = out.flush();
-    }
-}
-
-fn env(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| panic!("{name} unset"))
-}
-
-fn arg<T: std::str::FromStr>(i: usize) -> T {
-    env(ARG_ENV)
-        .split(',')
-        .nth(i)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("{ARG_ENV}[{i}]"))
-}
-
 /// One cell per location and kind, the locations outermost.
 fn per_location<K: Copy, C>(kinds: &[K], mut make: impl FnMut(Loc, K) -> C) -> Vec<C> {
     Loc::available()
@@ -333,7 +276,7 @@ fn per_location<K: Copy, C>(kinds: &[K], mut make: impl FnMut(Loc, K) -> C) -> V
 }
 
 fn worker(role: &str) {
-    let imp = Impl::parse(&env(IMPL_ENV));
+    let imp = Impl::parse(&env(KIND_ENV));
     let dir = PathBuf::from(env(DIR_ENV));
     // The `wake` roles use no lock, only the kernel mechanisms themselves.
     match role {
@@ -342,14 +285,14 @@ fn worker(role: &str) {
         _ => {}
     }
     let lock = Lock::open(imp, &dir);
-    let mut pipe = Pipe::new();
+    let pipe = Pipe::new();
     match role {
-        "handoff" => worker_handoff(&lock, &mut pipe),
-        "writer" => worker_writer(&lock, &mut pipe, &dir),
-        "reader" => worker_reader(&lock, &mut pipe),
-        "late-writer" => worker_late_writer(&lock, &mut pipe),
-        "cpu-waiter" => worker_cpu_waiter(&lock, &mut pipe),
-        "herd" => worker_herd(&lock, &mut pipe),
+        "handoff" => worker_handoff(&lock, &pipe),
+        "writer" => worker_writer(&lock, &pipe, &dir),
+        "reader" => worker_reader(&lock, &pipe),
+        "late-writer" => worker_late_writer(&lock, &pipe),
+        "cpu-waiter" => worker_cpu_waiter(&lock, &pipe),
+        "herd" => worker_herd(&lock, &pipe),
         _ => panic!("unknown role {role}"),
     }
 }
@@ -358,7 +301,7 @@ fn worker(role: &str) {
 /// `release <hold_us>` → sleeps `hold_us`, stamps `t`, releases, `released <t>`;
 /// `handoff <hold_us>` does the same but answers nothing until `when` asks for `t`, so
 /// that no answer wakes the coordinator while the waiter takes over.
-fn worker_handoff(lock: &Lock, pipe: &mut Pipe) {
+fn worker_handoff(lock: &Lock, pipe: &Pipe) {
     let mut held = None;
     let mut last = 0;
     while let Some(cmd) = pipe.next() {
@@ -392,7 +335,7 @@ fn worker_handoff(lock: &Lock, pipe: &mut Pipe) {
 
 /// Contention: after `go`, loops acquire → increment a counter in a shared file →
 /// release, for ARG[0] ms; then `done <grants> <longest wait ns> <first grant ns>`.
-fn worker_writer(lock: &Lock, pipe: &mut Pipe, dir: &Path) {
+fn worker_writer(lock: &Lock, pipe: &Pipe, dir: &Path) {
     let run = Duration::from_millis(arg(0));
     let counter = File::options()
         .read(true)
@@ -433,7 +376,7 @@ fn worker_writer(lock: &Lock, pipe: &mut Pipe, dir: &Path) {
 
 /// Starvation reader: after `go`, sleeps ARG[1] µs, then loops take a shared lock →
 /// hold ARG[0] µs → release until `stop`; then `done <grants>`.
-fn worker_reader(lock: &Lock, pipe: &mut Pipe) {
+fn worker_reader(lock: &Lock, pipe: &Pipe) {
     let hold = Duration::from_micros(arg(0));
     let offset = Duration::from_micros(arg(1));
     lock.acquire(false).release();
@@ -442,7 +385,7 @@ fn worker_reader(lock: &Lock, pipe: &mut Pipe) {
     std::thread::sleep(offset);
     let mut grants = 0u64;
     loop {
-        if let Ok(cmd) = pipe.lines.try_recv() {
+        if let Some(cmd) = pipe.try_next() {
             assert_eq!(cmd, "stop");
             break;
         }
@@ -457,7 +400,7 @@ fn worker_reader(lock: &Lock, pipe: &mut Pipe) {
 
 /// Starvation writer: after `go`, sleeps ARG[0] ms, asks for the write lock, and says
 /// `waited <ns>` once granted; releases at once.
-fn worker_late_writer(lock: &Lock, pipe: &mut Pipe) {
+fn worker_late_writer(lock: &Lock, pipe: &Pipe) {
     let arrive = Duration::from_millis(arg(0));
     lock.acquire(true).release();
     pipe.say("ready");
@@ -473,7 +416,7 @@ fn worker_late_writer(lock: &Lock, pipe: &mut Pipe) {
 
 /// `acquire X|S` → `entering`, blocks, then `got <wall ns> <cpu ns>`: the wall time of
 /// the wait and the CPU time this whole process (every thread) used meanwhile.
-fn worker_cpu_waiter(lock: &Lock, pipe: &mut Pipe) {
+fn worker_cpu_waiter(lock: &Lock, pipe: &Pipe) {
     // Made before the measured wait: the process's one-time set-up is not waiting.
     let _ = rwdir::DirLock::new(std::env::temp_dir());
     pipe.say("ready");
@@ -494,7 +437,7 @@ fn worker_cpu_waiter(lock: &Lock, pipe: &mut Pipe) {
 /// reader keeps its lock. It answers nothing until `when` asks (`in <t_in> <t_out>`,
 /// t_out 0 for a reader), so that no answer wakes the coordinator while the herd goes
 /// in. `release` → releases what it still holds, then `released`.
-fn worker_herd(lock: &Lock, pipe: &mut Pipe) {
+fn worker_herd(lock: &Lock, pipe: &Pipe) {
     let mut held = None;
     let mut last = (0, 0);
     while let Some(cmd) = pipe.next() {
@@ -579,7 +522,7 @@ fn victim(dir: &Path, i: u64) -> PathBuf {
 /// descriptor / unlinks the file, stamps again, and answers nothing (as `handoff` in
 /// `worker_handoff`) until `when` asks: `acted <t> <action ns>`.
 fn worker_wake_holder(mech: Mech, dir: &Path) {
-    let mut pipe = Pipe::new();
+    let pipe = Pipe::new();
     let (mut held, mut armed) = (None, None);
     let mut last = (0, 0);
     while let Some(cmd) = pipe.next() {
@@ -653,7 +596,7 @@ fn inotify_wait(ino: &Inotify) -> (u64, Vec<u64>) {
 /// `LOCK_SH` was granted (it unlocks again before answering); inotify: the IN_DELETE
 /// event of `victim-<i>` (other events are ignored).
 fn worker_wake_waiter(mech: Mech, dir: &Path) {
-    let mut pipe = Pipe::new();
+    let pipe = Pipe::new();
     let file = File::open(dir.join("flock-file")).expect("open flock file");
     let watch = || {
         let ino = Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK).expect("inotify");
@@ -710,101 +653,6 @@ fn worker_wake_waiter(mech: Mech, dir: &Path) {
 // =================================================================================
 // Coordinator side
 
-/// A worker process.
-struct Worker {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    lines: Receiver<String>,
-    role: String,
-}
-
-impl Worker {
-    fn spawn(role: &str, imp: Impl, dir: &Path, args: &[u64]) -> Worker {
-        let exe = std::env::current_exe().expect("current_exe");
-        let mut child = Command::new(exe)
-            .env(ROLE_ENV, role)
-            .env(IMPL_ENV, imp.key())
-            .env(DIR_ENV, dir)
-            .env(
-                ARG_ENV,
-                args.iter()
-                    .map(u64::to_string)
-                    .collect::<Vec<_>>()
-                    .join(","),
-            )
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn worker");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Worker {
-            stdin: child.stdin.take(),
-            child,
-            lines: rx,
-            role: role.to_string(),
-        }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn send(&mut self, line: &str) {
-        let stdin = self.stdin.as_mut().expect("stdin open");
-        writeln!(stdin, "{line}").expect("write to worker");
-        stdin.flush().expect("flush to worker");
-    }
-
-    fn recv_timeout(&self, d: Duration) -> Option<String> {
-        match self.lines.recv_timeout(d) {
-            Ok(l) => Some(l),
-            Err(RecvTimeoutError::Timeout) => None,
-            Err(RecvTimeoutError::Disconnected) => {
-                panic!("worker {} ({}) died", self.role, self.child.id())
-            }
-        }
-    }
-
-    fn recv(&self) -> String {
-        self.recv_timeout(LONG)
-            .unwrap_or_else(|| panic!("worker {} ({}) silent", self.role, self.child.id()))
-    }
-
-    /// The next answer, which must start with `word`; returns its numeric fields.
-    fn expect(&self, word: &str) -> Vec<u64> {
-        let l = self.recv();
-        let mut it = l.split_whitespace();
-        assert_eq!(it.next(), Some(word), "worker {}: {l:?}", self.role);
-        it.map(|x| x.parse().expect("number")).collect()
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        // EOF on stdin ends a worker that waits for commands.
-        drop(self.stdin.take());
-        let until = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < until {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn fresh(loc: Loc) -> tempfile::TempDir {
     let d = loc.fresh_dir();
     File::create(d.path().join("flock-file")).expect("create flock file");
@@ -819,8 +667,8 @@ fn fresh(loc: Loc) -> tempfile::TempDir {
 /// ns and the number of samples dropped because the waiter was not yet waiting.
 fn handoff_series(imp: Impl, loc: Loc, shared: bool, k: usize, rng: &mut Rng) -> (Vec<f64>, usize) {
     let d = fresh(loc);
-    let mut a = Worker::spawn("handoff", imp, d.path(), &[]);
-    let mut b = Worker::spawn("handoff", imp, d.path(), &[]);
+    let mut a = Worker::spawn("handoff", imp.key(), d.path(), &[]);
+    let mut b = Worker::spawn("handoff", imp.key(), d.path(), &[]);
     a.send("acquire X");
     a.expect("entering");
     a.expect("got");
@@ -984,7 +832,7 @@ fn contend_once(imp: Impl, loc: Loc, n: usize, run: Duration) -> ContendResult {
     let d = fresh(loc);
     std::fs::write(d.path().join("counter"), 0u64.to_le_bytes()).expect("counter");
     let mut ws: Vec<Worker> = (0..n)
-        .map(|_| Worker::spawn("writer", imp, d.path(), &[run.as_millis() as u64]))
+        .map(|_| Worker::spawn("writer", imp.key(), d.path(), &[run.as_millis() as u64]))
         .collect();
     for w in &ws {
         w.expect("ready");
@@ -1158,9 +1006,14 @@ fn starve_once(
     let d = fresh(loc);
     let hold_us = hold.as_micros() as u64;
     let mut readers: Vec<Worker> = (0..4u64)
-        .map(|i| Worker::spawn("reader", imp, d.path(), &[hold_us, i * hold_us / 4]))
+        .map(|i| Worker::spawn("reader", imp.key(), d.path(), &[hold_us, i * hold_us / 4]))
         .collect();
-    let mut writer = Worker::spawn("late-writer", imp, d.path(), &[arrive.as_millis() as u64]);
+    let mut writer = Worker::spawn(
+        "late-writer",
+        imp.key(),
+        d.path(),
+        &[arrive.as_millis() as u64],
+    );
     for r in &readers {
         r.expect("ready");
     }
@@ -1318,7 +1171,7 @@ fn cpu(targets: &mut Vec<Target>) {
                 }
                 Impl::Seed => unreachable!("the seed design runs in `contention` only"),
             }
-            let worker = Worker::spawn("cpu-waiter", imp, d.path(), &[]);
+            let worker = Worker::spawn("cpu-waiter", imp.key(), d.path(), &[]);
             ws.push(W {
                 loc,
                 imp,
@@ -1410,9 +1263,9 @@ impl Drop for Herd {
         let panicking = std::thread::panicking();
         for w in self.all() {
             if panicking {
-                let _ = w.child.kill();
+                w.kill();
             }
-            drop(w.stdin.take());
+            w.close();
         }
     }
 }
@@ -1507,7 +1360,7 @@ const HERD_READERS: usize = 63;
 
 fn herd_once(imp: Impl, loc: Loc, wait: Duration, settle: Duration) -> HerdRound {
     let d = fresh(loc);
-    let spawn = |role| Worker::spawn(role, imp, d.path(), &[]);
+    let spawn = |role| Worker::spawn(role, imp.key(), d.path(), &[]);
     let mut h = Herd {
         holder: spawn("handoff"),
         writer: spawn("herd"),
@@ -1841,8 +1694,8 @@ fn command(targets: &mut Vec<Target>) {
 fn wake_series(mech: Mech, loc: Loc, k: usize, rng: &mut Rng) -> (Vec<f64>, Vec<f64>) {
     let d = fresh(loc);
     let args = [mech.code()];
-    let mut holder = Worker::spawn("wake-holder", Impl::Flock, d.path(), &args);
-    let mut waiter = Worker::spawn("wake-waiter", Impl::Flock, d.path(), &args);
+    let mut holder = Worker::spawn("wake-holder", Impl::Flock.key(), d.path(), &args);
+    let mut waiter = Worker::spawn("wake-waiter", Impl::Flock.key(), d.path(), &args);
     waiter.expect("ready");
     let (mut wakes, mut actions) = (Vec::with_capacity(k), Vec::with_capacity(k));
     for i in 0..=k {

@@ -1,7 +1,10 @@
-//! Shared by the two benchmark binaries: where to run (tmpfs and the default temp
-//! directory), the quick smoke-run switch, statistics, and table formatting.
+//! Shared by the benchmark binaries: where to run (tmpfs and the default temp directory),
+//! the quick smoke-run switch, statistics, table formatting, and the worker processes of
+//! the multi-process benchmarks ([`workers`]).
 
 #![allow(dead_code, clippy::disallowed_methods)]
+
+pub mod workers;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
