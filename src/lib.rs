@@ -258,6 +258,7 @@
 mod config;
 mod entry;
 mod error;
+mod filesystem;
 mod fsops;
 mod guard;
 mod holder;
@@ -275,6 +276,7 @@ mod wait;
 pub use config::EVENT_BACKSTOP;
 pub use entry::Entry;
 pub use error::{Error, Owner, Refused, Result};
+pub use filesystem::{Filesystem, FsKind};
 pub use guard::{ReadGuard, WriteGuard};
 pub use holder::{Holder, Kind};
 pub use liveness::Liveness;
