@@ -211,7 +211,11 @@ impl Filesystem {
         if let Some(name) = fixed {
             return name.to_string();
         }
-        let sub = self.fstype.strip_prefix("fuse.").unwrap_or(&self.fstype);
+        let sub = fuse_name(
+            &self.fstype.to_ascii_lowercase(),
+            &self.source.to_ascii_lowercase(),
+        )
+        .unwrap_or_else(|| self.fstype.clone());
         match self.kind {
             FsKind::Fuse if sub.is_empty() || sub == "fuse" => "FUSE".to_string(),
             FsKind::Fuse => format!("FUSE ({sub})"),
@@ -385,23 +389,31 @@ fn kind_of_magic(m: u32) -> FsKind {
     }
 }
 
+/// The name of a FUSE filesystem: the subtype of `fuse.NAME`, or for a plain `fuse`
+/// (`fuseblk`) type the head of its source, where such filesystems put their name
+/// (`s3fs`, `sshfs#user@host:`). `None` if the type is not FUSE's.
+fn fuse_name(fstype: &str, source: &str) -> Option<String> {
+    match fstype
+        .strip_prefix("fuse.")
+        .or(fstype.strip_prefix("fuseblk."))
+    {
+        Some(sub) => Some(sub.to_string()),
+        None if fstype == "fuse" || fstype == "fuseblk" => {
+            Some(source.split(['#', ' ']).next().unwrap_or("").to_string())
+        }
+        None => None,
+    }
+}
+
 /// The kind named by a mount's type (and, for a plain `fuse` or `fuseblk` type, its
 /// source, where FUSE filesystems without a subtype put their name).
 fn kind_of_type(fstype: &str, source: &str) -> Option<FsKind> {
     let lower = fstype.to_ascii_lowercase();
-    let (fuse, name) = match lower
-        .strip_prefix("fuse.")
-        .or(lower.strip_prefix("fuseblk."))
-    {
-        Some(sub) => (true, sub.to_string()),
-        None if lower == "fuse" || lower == "fuseblk" => {
-            // `fuse` alone: the filesystem's name, if any, is the source
-            // (`s3fs`, `gcsfuse`, `sshfs#user@host:`, `user@host:/dir`).
-            let src = source.to_ascii_lowercase();
-            let head = src.split(['#', ' ']).next().unwrap_or("").to_string();
-            (true, head)
-        }
-        None => (false, lower.clone()),
+    // A plain `fuse` type: the filesystem's name, if any, is the head of the source
+    // (`s3fs`, `gcsfuse`, `sshfs#user@host:`).
+    let (fuse, name) = match fuse_name(&lower, &source.to_ascii_lowercase()) {
+        Some(name) => (true, name),
+        None => (false, lower),
     };
     let kind = match name.as_str() {
         n if OBJECT_STORES.contains(&n) => FsKind::ObjectStore,

@@ -161,17 +161,25 @@ fn lock_scratch() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Removes a scratch directory; `remove_dir_all` never follows symlinks. Retried a few
-/// times, since a file may appear while it runs (a race still going on).
+/// Removes a scratch directory; `remove_dir_all` never follows symlinks. Retried for up
+/// to about 6 s: a file may appear while it runs (a race still going on), and on a
+/// filesystem whose lookups lag behind its listings (object stores) a fresh name cannot
+/// be removed at once.
 fn remove_scratch(path: &Path) {
-    for _ in 0..5 {
+    let mut pause = Duration::from_millis(10);
+    for _ in 0..10 {
         match std::fs::remove_dir_all(path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                std::thread::sleep(Duration::from_millis(20));
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_secs(1));
             }
             _ => return,
         }
     }
+    super::say(&format!(
+        "could not remove the scratch directory `{}`; remove it by hand",
+        path.display()
+    ));
 }
 
 /// SIGINT, SIGTERM and SIGHUP are blocked in every thread and taken by one thread that
