@@ -1120,7 +1120,8 @@ mod tests {
             Duration::from_nanos(1),
             Duration::from_secs(45),
         );
-        assert_eq!(need, Some(Duration::from_secs(96)));
+        // 1.5 × (60 + 2 + 1) = 94.5, rounded up.
+        assert_eq!(need, Some(Duration::from_secs(95)));
         assert_eq!(c.status, Status::Fail);
         let (_, c) = lease_verdict(
             true,
