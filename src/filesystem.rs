@@ -58,7 +58,7 @@ pub enum FsKind {
 /// let fs = rwdir::Filesystem::of(dir.path())?;
 /// println!("{} ({} on {})", fs.name(), fs.fstype(), fs.source());
 /// assert!(fs.refused().is_none());
-/// # Ok::<(), rwdir::Error>(())
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Filesystem {
@@ -764,15 +764,21 @@ mod tests {
 41 25 0:50 /sub /data rw - fuse.sshfs h:/srv rw
 42 25 0:51 / /srv/inner rw - tmpfs tmpfs rw
 ";
-        let m = find_mount(info, (0, 50), Some(Path::new("/data/x"))).expect("found");
+        let m = find_mount(info, Some((0, 50)), Some(Path::new("/data/x"))).expect("found");
         assert_eq!(m.mount_point, Path::new("/data"));
-        let m = find_mount(info, (0, 50), Some(Path::new("/srv/x"))).expect("found");
+        let m = find_mount(info, Some((0, 50)), Some(Path::new("/srv/x"))).expect("found");
         assert_eq!(m.mount_point, Path::new("/srv"));
-        assert!(find_mount(info, (9, 9), None).is_none());
+        assert!(find_mount(info, Some((9, 9)), None).is_none());
         assert_eq!(
-            find_mount(info, (254, 1), None).map(|m| m.fstype),
+            find_mount(info, Some((254, 1)), None).map(|m| m.fstype),
             Some("ext4".to_string())
         );
+        // No device (fstat failed on a dead FUSE mount): the longest mount-point prefix.
+        let m = find_mount(info, None, Some(Path::new("/srv/inner/x"))).expect("found");
+        assert_eq!(m.fstype, "tmpfs");
+        let m = find_mount(info, None, Some(Path::new("/srv/x"))).expect("found");
+        assert_eq!(m.fstype, "fuse.sshfs");
+        assert!(find_mount(info, None, None).is_none());
     }
 
     #[test]

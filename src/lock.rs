@@ -295,7 +295,7 @@ impl Builder {
     /// let dir = tempfile::tempdir()?;
     /// let lock = rwdir::DirLock::builder(dir.path()).allow_unsafe_filesystem(true).build()?;
     /// drop(lock.write()?);
-    /// # Ok::<(), rwdir::Error>(())
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn allow_unsafe_filesystem(mut self, allow: bool) -> Builder {
         self.cfg.allow_unsafe_fs = allow;
@@ -437,7 +437,7 @@ impl DirLock {
     /// let lock = rwdir::DirLock::new(dir.path())?;
     /// let fs = lock.filesystem()?;
     /// println!("{} is on {} (shared: {})", dir.path().display(), fs.name(), fs.is_shared());
-    /// # Ok::<(), rwdir::Error>(())
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn filesystem(&self) -> Result<Filesystem> {
         Filesystem::of(&self.cfg.dir)

@@ -298,21 +298,25 @@ pub(crate) fn parse_mountinfo_line(line: &str) -> Option<MountEntry> {
 
 /// The mount in `mountinfo` (the text of `/proc/self/mountinfo`) whose device is `dev`;
 /// of several (bind mounts), the one with the longest mount point that is a prefix of
-/// `path`, if given, else the last listed.
+/// `path`, if given, else the last listed. Without `dev` (`fstat` failed, as on a FUSE
+/// mount whose server is gone), the mount with the longest mount point that is a prefix
+/// of `path`.
 pub(crate) fn find_mount(
     mountinfo: &str,
-    dev: (u64, u64),
+    dev: Option<(u64, u64)>,
     path: Option<&std::path::Path>,
 ) -> Option<MountEntry> {
     let mut best: Option<MountEntry> = None;
     for entry in mountinfo.lines().filter_map(parse_mountinfo_line) {
-        if entry.dev != dev {
-            continue;
+        let fits = path.is_some_and(|p| p.starts_with(&entry.mount_point));
+        match dev {
+            Some(dev) if entry.dev != dev => continue,
+            None if !fits => continue,
+            _ => {}
         }
         let better = match (&best, path) {
             (None, _) => true,
             (Some(b), Some(p)) => {
-                let fits = p.starts_with(&entry.mount_point);
                 let best_fits = p.starts_with(&b.mount_point);
                 (fits && !best_fits)
                     || (fits == best_fits
@@ -348,10 +352,12 @@ pub(crate) fn fs_facts(fd: impl AsFd, mount: bool) -> FsFacts {
 /// The line of `/proc/self/mountinfo` for the mount holding `fd`.
 fn mount_of(fd: std::os::fd::BorrowedFd<'_>) -> Option<MountEntry> {
     use std::os::fd::AsRawFd as _;
-    let st = nix::sys::stat::fstat(fd).ok()?;
+    // `st_dev` is u64 on some targets and not on others.
     #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
-    let dev = st.st_dev as u64;
-    let dev = (nix::sys::stat::major(dev), nix::sys::stat::minor(dev));
+    let dev = nix::sys::stat::fstat(fd).ok().map(|st| {
+        let dev = st.st_dev as u64;
+        (nix::sys::stat::major(dev), nix::sys::stat::minor(dev))
+    });
     let path = fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok();
     // A hostile or huge mountinfo costs at most this much.
     let mut text = String::new();

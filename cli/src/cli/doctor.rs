@@ -810,12 +810,19 @@ fn race(
     let mut wrong = 0;
     let mut none = 0;
     for i in 0..rounds as usize {
-        let content = read_back(&here.join(format!("{name}-{i}"))).unwrap_or_default();
+        // Read through the winner's own mount (the other may still have a stale view).
+        let base = if b[i] && !a[i] { peer } else { here };
+        let content = read_settled(&base.join(format!("{name}-{i}")));
         match (a[i], b[i]) {
             (true, true) => both += 1,
-            (true, false) if content != b"side-a" => wrong += 1,
-            (false, true) if content != b"side-b" => wrong += 1,
-            (false, false) if content != b"side-a" && content != b"side-b" => none += 1,
+            (true, false) if content.as_deref() != Some(b"side-a") => wrong += 1,
+            (false, true) if content.as_deref() != Some(b"side-b") => wrong += 1,
+            (false, false)
+                if content.as_deref() != Some(b"side-a")
+                    && content.as_deref() != Some(b"side-b") =>
+            {
+                none += 1;
+            }
             _ => {}
         }
     }
@@ -842,6 +849,19 @@ fn race(
             format!("{what} races between the two mounts: one winner in each of {rounds} rounds"),
         )
         .value(0.0)
+    }
+}
+
+/// A race's file as it reads once complete: retried for up to 5 s while it is missing or
+/// empty (a name or content not yet visible through this mount).
+fn read_settled(path: &Path) -> Option<Vec<u8>> {
+    let start = Instant::now();
+    loop {
+        match read_back(path) {
+            Ok(content) if !content.is_empty() => return Some(content),
+            _ if start.elapsed() > Duration::from_secs(5) => return None,
+            _ => std::thread::sleep(Duration::from_millis(20)),
+        }
     }
 }
 
