@@ -279,6 +279,31 @@ fn doctor_bad_input_is_one_line_and_exit_2() -> Result<(), Failed> {
         )?;
         expect(out.stdout.is_empty(), "nothing on stdout", &out)?;
     }
+    // A directory this user may not write to: doctor runs as nobody on root's 0700
+    // directory (as root, permissions would not stop it).
+    if nix::unistd::geteuid().is_root() {
+        use std::os::unix::process::CommandExt as _;
+        let d = dir.path().to_str().expect("utf-8");
+        let out = Command::new(bin::rwdir_bin())
+            .args(["doctor", d])
+            .uid(65534)
+            .gid(65534)
+            .stdin(Stdio::null())
+            .output()?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        expect(
+            out.status.code() == Some(2),
+            "exit 2 expected without permission",
+            &out,
+        )?;
+        expect(
+            stderr.lines().count() == 1
+                && stderr.contains(&format!("cannot check `{d}`"))
+                && stderr.contains("Permission denied"),
+            "one line naming the path and the cause",
+            &out,
+        )?;
+    }
     // A missing peer dir too.
     let out = rwdir(&[
         "doctor",

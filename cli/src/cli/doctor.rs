@@ -135,7 +135,8 @@ impl Scratch {
             Err(e) => {
                 lock_scratch().retain(|p| p != &path);
                 Err(format!(
-                    "failed to create scratch directory `{}`: {}",
+                    "cannot check `{}`: failed to create scratch directory `{}`: {}",
+                    dir.display(),
                     path.display(),
                     std::io::Error::from(e)
                 ))
