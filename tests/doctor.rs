@@ -451,6 +451,30 @@ fn doctor_says_unsafe_on_a_mount_that_lies_about_o_excl() -> Result<(), Failed> 
         "json verdict",
         &out,
     )?;
+    expect(scratch_left(&m.dir).is_empty(), "scratch left behind", &out)?;
+    // Raced through a second path to the mount, both creators win.
+    let link = tempfile::tempdir()?;
+    let peer = link.path().join("peer");
+    std::os::unix::fs::symlink(&m.dir, &peer)?;
+    let out = rwdir(&[
+        "doctor",
+        d,
+        "--peer-dir",
+        peer.to_str().expect("utf-8"),
+        "--rounds",
+        "20",
+    ]);
+    expect(
+        out.status.code() == Some(1),
+        "exit 1 (unsafe) expected",
+        &out,
+    )?;
+    expect(
+        String::from_utf8_lossy(&out.stdout)
+            .contains("FAIL  race_exclusive_create: O_EXCL races between the two mounts: 20 of 20 rounds had two winners"),
+        "the O_EXCL race failure is named",
+        &out,
+    )?;
     expect(scratch_left(&m.dir).is_empty(), "scratch left behind", &out)
 }
 

@@ -810,10 +810,11 @@ fn race(
     let mut both = 0;
     let mut wrong = 0;
     let mut none = 0;
+    let mut budget = Duration::from_secs(10);
     for i in 0..rounds as usize {
         // Read through the winner's own mount (the other may still have a stale view).
         let base = if b[i] && !a[i] { peer } else { here };
-        let content = read_settled(&base.join(format!("{name}-{i}")));
+        let content = read_settled(&base.join(format!("{name}-{i}")), &mut budget);
         match (a[i], b[i]) {
             (true, true) => both += 1,
             (true, false) if content.as_deref() != Some(b"side-a") => wrong += 1,
@@ -853,17 +854,21 @@ fn race(
     }
 }
 
-/// A race's file as it reads once complete: retried for up to 5 s while it is missing or
-/// empty (a name or content not yet visible through this mount).
-fn read_settled(path: &Path) -> Option<Vec<u8>> {
+/// A race's file as it reads once complete: retried while it is missing or empty (a
+/// name or content not yet visible through this mount), for at most what is left of
+/// `budget` (shared by all rounds of a race, so that a filesystem where the files never
+/// show costs seconds, not minutes).
+fn read_settled(path: &Path, budget: &mut Duration) -> Option<Vec<u8>> {
     let start = Instant::now();
-    loop {
+    let result = loop {
         match read_back(path) {
-            Ok(content) if !content.is_empty() => return Some(content),
-            _ if start.elapsed() > Duration::from_secs(5) => return None,
+            Ok(content) if !content.is_empty() => break Some(content),
+            _ if start.elapsed() >= *budget => break None,
             _ => std::thread::sleep(Duration::from_millis(20)),
         }
-    }
+    };
+    *budget = budget.saturating_sub(start.elapsed());
+    result
 }
 
 fn race_create(s: &Scratch, peer: &Path, rounds: u32) -> Check {
@@ -922,9 +927,11 @@ fn until(mut cond: impl FnMut() -> bool) -> Option<Duration> {
 fn visibility(s: &Scratch, peer: &Path) -> (Option<Duration>, Vec<Check>) {
     let mut checks = Vec::new();
     let mut worst = Some(Duration::ZERO);
-    let mut note = |name: &'static str, what: &str, took: Option<Duration>| {
-        let c = match took {
-            Some(d) => check(
+    // Ok(Some): seen after that long; Ok(None): not seen within the cap; Err: the
+    // change itself could not be made.
+    let mut note = |name: &'static str, what: &str, took: Result<Option<Duration>, String>| {
+        let c = match &took {
+            Ok(Some(d)) => check(
                 name,
                 Status::Ok,
                 format!(
@@ -933,7 +940,7 @@ fn visibility(s: &Scratch, peer: &Path) -> (Option<Duration>, Vec<Check>) {
                 ),
             )
             .value(d.as_secs_f64()),
-            None => check(
+            Ok(None) => check(
                 name,
                 Status::Unknown,
                 format!(
@@ -941,48 +948,52 @@ fn visibility(s: &Scratch, peer: &Path) -> (Option<Duration>, Vec<Check>) {
                     VISIBILITY_CAP.as_secs()
                 ),
             ),
+            Err(why) => check(name, Status::Unknown, format!("{what}: {why}")),
         };
         worst = match (worst, took) {
-            (Some(w), Some(d)) => Some(w.max(d)),
+            (Some(w), Ok(Some(d))) => Some(w.max(d)),
             _ => None,
         };
         checks.push(c);
     };
+    let failed = |what: &str, e: Errno| format!("{what} failed: {}", errno_text(e));
 
     // A create, after the peer listed the directory without it.
     let _ = listed(peer, "vis-create");
-    let made = put(&s.at("vis-create"), b"x");
-    let took = made
-        .ok()
-        .and_then(|()| until(|| listed(peer, "vis-create")));
+    let took = put(&s.at("vis-create"), b"x")
+        .map_err(|e| failed("creating it", e))
+        .map(|()| until(|| listed(peer, "vis-create")));
     note("stale_listing_create", "a new file", took);
 
     // An unlink, after the peer listed and opened the file.
     let _ = listed(peer, "vis-create");
     let _ = read_back(&peer.join("vis-create"));
     let took = unlink(&s.at("vis-create"))
-        .ok()
-        .and_then(|()| until(|| !listed(peer, "vis-create")));
+        .map_err(|e| failed("removing it", e))
+        .map(|()| until(|| !listed(peer, "vis-create")));
     note("stale_listing_unlink", "a removed file", took);
 
     // An mtime change, after the peer read the old one.
-    let path = s.at("vis-mtime");
-    let took = create_excl(&path).ok().and_then(|fd| {
-        let peer_path = peer.join("vis-mtime");
-        let mtime = |p: &Path| {
-            open(
-                p,
-                OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-                Mode::empty(),
-            )
-            .and_then(|fd| fstat(&fd))
-            .map(|st| st.st_mtime)
-        };
-        until(|| mtime(&peer_path).is_ok())?;
-        let new = TimeSpec::new(1_500_000_000, 0);
-        futimens(&fd, &new, &new).ok()?;
-        until(|| mtime(&peer_path) == Ok(1_500_000_000))
-    });
+    let took = create_excl(&s.at("vis-mtime"))
+        .map_err(|e| failed("creating the file", e))
+        .and_then(|fd| {
+            let peer_path = peer.join("vis-mtime");
+            let mtime = |p: &Path| {
+                open(
+                    p,
+                    OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+                    Mode::empty(),
+                )
+                .and_then(|fd| fstat(&fd))
+                .map(|st| st.st_mtime)
+            };
+            if until(|| mtime(&peer_path).is_ok()).is_none() {
+                return Ok(None);
+            }
+            let new = TimeSpec::new(1_500_000_000, 0);
+            futimens(&fd, &new, &new).map_err(|e| failed("futimens()", e))?;
+            Ok(until(|| mtime(&peer_path) == Ok(1_500_000_000)))
+        });
     note("stale_attributes", "an mtime change", took);
     (worst, checks)
 }
