@@ -48,6 +48,37 @@ pub enum FsKind {
     ObjectStore,
 }
 
+impl FsKind {
+    /// A stable, lowercase identifier: `local`, `overlay`, `sshfs`, `nfs`, `cifs`,
+    /// `cephfs`, `glusterfs`, `moosefs`, `lustre`, `gpfs`, `beegfs`, `9p`,
+    /// `other_shared`, `fuse`, `object_store` (what `rwdir doctor --json` prints).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// assert_eq!(rwdir::FsKind::CephFs.as_str(), "cephfs");
+    /// ```
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FsKind::Local => "local",
+            FsKind::Overlay => "overlay",
+            FsKind::Sshfs => "sshfs",
+            FsKind::Nfs => "nfs",
+            FsKind::Cifs => "cifs",
+            FsKind::CephFs => "cephfs",
+            FsKind::GlusterFs => "glusterfs",
+            FsKind::MooseFs => "moosefs",
+            FsKind::Lustre => "lustre",
+            FsKind::Gpfs => "gpfs",
+            FsKind::BeeGfs => "beegfs",
+            FsKind::NineP => "9p",
+            FsKind::OtherShared => "other_shared",
+            FsKind::Fuse => "fuse",
+            FsKind::ObjectStore => "object_store",
+        }
+    }
+}
+
 /// The filesystem a directory lives on: its [`FsKind`], the mount's type and source,
 /// and what rwdir makes of it.
 ///
@@ -779,6 +810,33 @@ mod tests {
         let m = find_mount(info, None, Some(Path::new("/srv/x"))).expect("found");
         assert_eq!(m.fstype, "fuse.sshfs");
         assert!(find_mount(info, None, None).is_none());
+    }
+
+    /// Lines of random bytes from mountinfo's alphabet (escapes, separators, digits)
+    /// never make the parser panic.
+    #[test]
+    fn random_mountinfo_lines_never_panic() {
+        use crate::sys::{find_mount, parse_mountinfo_line};
+        let alphabet = b"0123456789:- \\/abcfusedx.#7\n\t";
+        let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut text = String::new();
+        for _ in 0..20_000 {
+            let len = (next() % 60) as usize;
+            let line: String = (0..len)
+                .map(|_| char::from(alphabet[(next() % alphabet.len() as u64) as usize]))
+                .collect();
+            let _ = parse_mountinfo_line(&line);
+            text.push_str(&line);
+            text.push('\n');
+        }
+        let _ = find_mount(&text, Some((0, 0)), Some(Path::new("/a")));
+        let _ = find_mount(&text, None, Some(Path::new("/")));
     }
 
     #[test]

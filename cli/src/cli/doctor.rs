@@ -316,7 +316,7 @@ fn examine(args: &DoctorArgs, lease: Duration) -> Result<Report, String> {
         exit,
         filesystem: fs.as_ref().map(|fs| JsonFs {
             name: fs.name(),
-            kind: format!("{:?}", fs.kind()),
+            kind: fs.kind().as_str().to_string(),
             fstype: fs.fstype().to_string(),
             source: fs.source().to_string(),
             mount_point: fs.mount_point().map(|p| p.to_string_lossy().into_owned()),
