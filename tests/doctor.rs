@@ -221,6 +221,7 @@ fn doctor_json_has_the_documented_shape() -> Result<(), Failed> {
     let fs = &v["filesystem"];
     expect(
         fs["name"] == "tmpfs"
+            && fs["kind"] == "local"
             && fs["fstype"] == "tmpfs"
             && fs["shared"] == false
             && fs["refused"].is_null(),
