@@ -20,6 +20,8 @@ pub(crate) struct Config {
     /// Whether held files are refreshed by the process's heartbeat thread
     /// (`Builder::background_heartbeat`); otherwise only by the guards' `refresh`.
     pub(crate) heartbeat: bool,
+    /// Whether a filesystem that [`crate::Filesystem::refused`] is used anyway.
+    pub(crate) allow_unsafe_fs: bool,
 }
 
 impl Config {

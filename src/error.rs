@@ -204,6 +204,22 @@ pub enum Error {
         /// The token file.
         path: PathBuf,
     },
+    /// The directory (or the state directory) is on a filesystem where lock files cannot
+    /// work, such as an object-store FUSE mount, whose exclusive creation is not
+    /// exclusive ([`Filesystem::refused`](crate::Filesystem::refused)). Nothing was
+    /// created. [`Builder::allow_unsafe_filesystem`](crate::Builder::allow_unsafe_filesystem)
+    /// lets it through.
+    #[error("refusing to lock `{}`: it is on {filesystem} (mount type `{fstype}`), where {reason}", path.display())]
+    UnsafeFilesystem {
+        /// The directory.
+        path: PathBuf,
+        /// The filesystem's name ([`Filesystem::name`](crate::Filesystem::name)).
+        filesystem: String,
+        /// The mount's type in `/proc/self/mountinfo`.
+        fstype: String,
+        /// Why lock files cannot work there.
+        reason: &'static str,
+    },
     /// The lock file of a held (or just granted) lock is no longer ours: it was removed
     /// or replaced by someone else, or its filesystem went away.
     #[error("lock lost: `{}`: {reason}", path.display())]
@@ -266,7 +282,8 @@ impl Error {
     ///
     /// `WouldBlock` and `TimedOut` map to the kinds of the same name, `NotADirectory` to
     /// [`io::ErrorKind::NotADirectory`], `WouldDeadlock` to [`io::ErrorKind::Deadlock`], `LockLost` to [`io::ErrorKind::Other`],
-    /// `TokensExhausted` to [`io::ErrorKind::InvalidData`], and
+    /// `TokensExhausted` to [`io::ErrorKind::InvalidData`], `UnsafeFilesystem` to
+    /// [`io::ErrorKind::Unsupported`], and
     /// filesystem errors (`PermissionDenied` too) keep the operating system's kind.
     ///
     /// # Examples
@@ -293,6 +310,7 @@ impl Error {
             Error::Cancelled { .. } => io::ErrorKind::Interrupted,
             Error::LockLost { .. } => io::ErrorKind::Other,
             Error::TokensExhausted { .. } => io::ErrorKind::InvalidData,
+            Error::UnsafeFilesystem { .. } => io::ErrorKind::Unsupported,
             Error::WouldDeadlock { .. } => io::ErrorKind::Deadlock,
         }
     }
@@ -314,7 +332,8 @@ impl Error {
             | Error::PermissionDenied { path, .. }
             | Error::NotADirectory { path, .. }
             | Error::LockLost { path, .. }
-            | Error::TokensExhausted { path } => path,
+            | Error::TokensExhausted { path }
+            | Error::UnsafeFilesystem { path, .. } => path,
             Error::WouldBlock { dir, .. }
             | Error::TimedOut { dir, .. }
             | Error::Cancelled { dir }

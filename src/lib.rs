@@ -97,7 +97,8 @@
 //!
 //! # Network filesystems
 //!
-//! On NFS, CIFS and FUSE filesystems (detected with `statfs`), ownership is decided by
+//! On NFS, CIFS and FUSE filesystems (detected with `statfs`; [`Filesystem`] names the
+//! filesystem from its mount's type, FUSE subtypes included), ownership is decided by
 //! the nonce read back through `open`, never by link counts or inode numbers, and a
 //! lost `link` race reported as `EPERM` is resolved the same way. Judging a holder on
 //! another host can only be a lease: a holder paused for longer than its lease (SIGSTOP,
@@ -107,6 +108,13 @@
 //! heartbeat notices the loss ([`WriteGuard::is_lost`], [`WriteGuard::check`]). Until it
 //! runs again, two writers may work at once: only the fencing token protects a resource
 //! that rejects stale tokens.
+//!
+//! Object-store FUSE mounts (s3fs, gcsfuse, goofys, mountpoint-s3, rclone, blobfuse),
+//! where exclusive creation is not exclusive, are refused with
+//! [`Error::UnsafeFilesystem`] unless [`Builder::allow_unsafe_filesystem`] allows them
+//! ([`Filesystem::refused`] says why). The command's `rwdir doctor DIR` checks a mount
+//! for what the protocol relies on, and with `--peer-dir` races two mounts and measures
+//! how stale one client's view of the other's changes is, and the lease that calls for.
 //!
 //! # Async (tokio)
 //!
@@ -258,6 +266,7 @@
 mod config;
 mod entry;
 mod error;
+mod filesystem;
 mod fsops;
 mod guard;
 mod holder;
@@ -275,6 +284,7 @@ mod wait;
 pub use config::EVENT_BACKSTOP;
 pub use entry::Entry;
 pub use error::{Error, Owner, Refused, Result};
+pub use filesystem::{Filesystem, FsKind};
 pub use guard::{ReadGuard, WriteGuard};
 pub use holder::{Holder, Kind};
 pub use liveness::Liveness;

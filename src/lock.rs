@@ -10,6 +10,7 @@ use parking_lot::Mutex;
 use crate::config::Config;
 use crate::entry::Entry;
 use crate::error::{Error, Result};
+use crate::filesystem::Filesystem;
 use crate::fsops::StateDir;
 use crate::guard::{Held, ReadGuard, WriteGuard};
 use crate::holder::Kind;
@@ -280,12 +281,36 @@ impl Builder {
         self
     }
 
+    /// Uses a directory on a filesystem where lock files cannot work (an object-store
+    /// FUSE mount such as s3fs or gcsfuse, see [`Filesystem::refused`]) instead of
+    /// refusing it with [`Error::UnsafeFilesystem`]. Default: `false`.
+    ///
+    /// Only for those who know better than the mount's type: a FUSE filesystem that
+    /// calls itself `s3fs` but is backed by something that honours exclusive creation,
+    /// or a single host that alone uses the directory. Check with `rwdir doctor` first.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let lock = rwdir::DirLock::builder(dir.path()).allow_unsafe_filesystem(true).build()?;
+    /// drop(lock.write()?);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn allow_unsafe_filesystem(mut self, allow: bool) -> Builder {
+        self.cfg.allow_unsafe_fs = allow;
+        self
+    }
+
     /// Checks the directory and makes the lock.
     ///
     /// # Errors
     ///
     /// [`Error::Io`] (kind `NotFound`, `PermissionDenied`, ...) if the directory cannot
-    /// be opened, [`Error::NotADirectory`] if it is not a directory.
+    /// be opened, [`Error::NotADirectory`] if it is not a directory,
+    /// [`Error::UnsafeFilesystem`] if it (or the state directory's parent) is on a
+    /// filesystem where lock files cannot work, unless
+    /// [`Builder::allow_unsafe_filesystem`] allows it.
     ///
     /// # Examples
     ///
@@ -308,6 +333,15 @@ impl Builder {
                 path: self.cfg.dir.clone(),
                 found: "a file",
             });
+        }
+        if !self.cfg.allow_unsafe_fs {
+            let state_parent = self.cfg.state_dir.as_deref().map(|s| match s.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p,
+                _ => Path::new("."),
+            });
+            for path in std::iter::once(self.cfg.dir.as_path()).chain(state_parent) {
+                refuse_unsafe(path)?;
+            }
         }
         Ok(DirLock {
             cfg: Arc::new(self.cfg),
@@ -357,6 +391,7 @@ impl DirLock {
                 pgid: 0,
                 cancel: None,
                 heartbeat: true,
+                allow_unsafe_fs: false,
             },
         }
     }
@@ -387,6 +422,25 @@ impl DirLock {
     /// ```
     pub fn lease(&self) -> Duration {
         self.cfg.lease
+    }
+
+    /// The filesystem holding the locked directory (see [`Filesystem`]).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] if the directory cannot be opened.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let lock = rwdir::DirLock::new(dir.path())?;
+    /// let fs = lock.filesystem()?;
+    /// println!("{} is on {} (shared: {})", dir.path().display(), fs.name(), fs.is_shared());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn filesystem(&self) -> Result<Filesystem> {
+        Filesystem::of(&self.cfg.dir)
     }
 
     /// The state directory, made on first use; reopened when its path no longer names
@@ -880,6 +934,23 @@ impl DirLock {
         } else {
             protocol::cleanup(&sd, &self.cfg, dry_run)
         }
+    }
+}
+
+/// [`Error::UnsafeFilesystem`] if `path` is on a filesystem where lock files cannot
+/// work. A path that cannot be opened is left to the acquisition to report.
+fn refuse_unsafe(path: &Path) -> Result<()> {
+    let Ok(fs) = Filesystem::of(path) else {
+        return Ok(());
+    };
+    match fs.refused() {
+        Some(reason) => Err(Error::UnsafeFilesystem {
+            path: path.to_path_buf(),
+            filesystem: fs.name(),
+            fstype: fs.fstype().to_string(),
+            reason,
+        }),
+        None => Ok(()),
     }
 }
 

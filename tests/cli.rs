@@ -700,7 +700,7 @@ fn usage_errors_exit_64_with_one_line_and_a_hint() {
         ),
         (
             vec![],
-            "missing subcommand for 'rwdir' (read, write, status, cleanup, completions, man, help)",
+            "missing subcommand for 'rwdir' (read, write, status, cleanup, doctor, completions, man, help)",
             "rwdir",
         ),
     ] {

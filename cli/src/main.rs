@@ -25,11 +25,16 @@ fn main() -> ExitCode {
 
 fn run() -> Result<ExitCode, Error> {
     let cli = Cli::try_parse()?;
+    cli::ALLOW_UNSAFE_FS.store(
+        cli.allow_unsafe_filesystem,
+        std::sync::atomic::Ordering::Relaxed,
+    );
     match cli.command {
         Command::Read(args) => cli::supervise::run(cli::supervise::Mode::Read, &args, cli.lease),
         Command::Write(args) => cli::supervise::run(cli::supervise::Mode::Write, &args, cli.lease),
         Command::Status(args) => cli::status::run(&args, cli.lease),
         Command::Cleanup(args) => cli::cleanup::run(&args, cli.lease),
+        Command::Doctor(args) => Ok(cli::doctor::run(&args, cli.lease)),
         Command::Completions { shell } => {
             let mut out = Vec::new();
             clap_complete::generate(shell, &mut Cli::command(), "rwdir", &mut out);
@@ -51,7 +56,9 @@ fn exit_code(err: &Error) -> ExitCode {
         Error::Dir(_) => code::NO_DIR,
         Error::Lock(e) => match e {
             rwdir::Error::WouldBlock { .. } | rwdir::Error::TimedOut { .. } => code::BUSY,
-            rwdir::Error::NotADirectory { .. } => code::NO_DIR,
+            rwdir::Error::NotADirectory { .. } | rwdir::Error::UnsafeFilesystem { .. } => {
+                code::NO_DIR
+            }
             rwdir::Error::LockLost { .. } => code::LOST,
             _ => code::FAILURE,
         },

@@ -21,6 +21,7 @@ class DirLock:
         *,
         lease: float = 45.0,
         poll: Tuple[float, float] = (0.001, 0.1),
+        allow_unsafe_filesystem: bool = False,
     ) -> None: ...
     @property
     def path(self) -> str: ...

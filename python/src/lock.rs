@@ -25,7 +25,10 @@ use crate::wait::{Timeout, blocking};
 /// alive after its last heartbeat (heartbeats run every lease/3; give every user of a
 /// directory the same lease). `poll` (default (0.001, 0.1)): shortest and longest pause
 /// in seconds between two looks while waiting; on a local filesystem waiters are woken
-/// by inotify and polling is only the backstop.
+/// by inotify and polling is only the backstop. `allow_unsafe_filesystem` (default
+/// False): use `path` even on an object-store FUSE mount (s3fs, gcsfuse, ...), where
+/// exclusive creation is not exclusive and which is otherwise refused with rwdir.Error;
+/// check the mount with `rwdir doctor` first.
 ///
 /// The object is cheap and thread-safe; every acquisition is independent, and threads
 /// of one process take the lock as separate processes do. The lock is advisory: it
@@ -52,9 +55,17 @@ fn seconds(what: &str, s: f64) -> PyResult<Duration> {
 #[pymethods]
 impl PyDirLock {
     #[new]
-    #[pyo3(text_signature = "(path, *, lease=45.0, poll=(0.001, 0.1))")]
-    #[pyo3(signature = (path, *, lease = rwdir::DEFAULT_LEASE.as_secs_f64(), poll = (rwdir::DEFAULT_MIN_POLL.as_secs_f64(), rwdir::DEFAULT_MAX_POLL.as_secs_f64())))]
-    fn new(py: Python<'_>, path: PathBuf, lease: f64, poll: (f64, f64)) -> PyResult<PyDirLock> {
+    #[pyo3(
+        text_signature = "(path, *, lease=45.0, poll=(0.001, 0.1), allow_unsafe_filesystem=False)"
+    )]
+    #[pyo3(signature = (path, *, lease = rwdir::DEFAULT_LEASE.as_secs_f64(), poll = (rwdir::DEFAULT_MIN_POLL.as_secs_f64(), rwdir::DEFAULT_MAX_POLL.as_secs_f64()), allow_unsafe_filesystem = false))]
+    fn new(
+        py: Python<'_>,
+        path: PathBuf,
+        lease: f64,
+        poll: (f64, f64),
+        allow_unsafe_filesystem: bool,
+    ) -> PyResult<PyDirLock> {
         let lease_d = seconds("lease", lease)?;
         if lease_d.is_zero() {
             return Err(PyValueError::new_err("lease must be > 0 seconds"));
@@ -70,6 +81,7 @@ impl PyDirLock {
                 rwdir::DirLock::builder(path)
                     .lease(lease_d)
                     .poll_interval(min, max)
+                    .allow_unsafe_filesystem(allow_unsafe_filesystem)
                     .build()
             })
             .map_err(py_err(py))?;

@@ -81,6 +81,12 @@ def test_construction_and_properties(tmp_path):
     assert rwdir.DirLock(pathlib.Path(tmp_path)).path == str(tmp_path)
     # Nothing is made before the first acquisition.
     assert not (tmp_path / ".rwdir").exists()
+    # The override of the refusal of object-store mounts (issue #17) is keyword-only and
+    # changes nothing on a filesystem that is not refused.
+    with rwdir.DirLock(tmp_path, allow_unsafe_filesystem=True).write():
+        pass
+    with pytest.raises(TypeError):
+        rwdir.DirLock(tmp_path, 45.0, (0.001, 0.1), True)
 
 
 @pytest.mark.parametrize(
@@ -473,5 +479,7 @@ def test_every_public_item_has_a_docstring():
                  "`lease` (default 45.0)", "`poll` (default (0.001, 0.1))"):
         assert word in text, word
     if sys.version_info >= (3, 10):  # a class's signature is shown from 3.10 on (abi3)
-        assert rwdir.DirLock.__text_signature__ == "(path, *, lease=45.0, poll=(0.001, 0.1))"
-        assert "DirLock(path, *, lease=45.0, poll=(0.001, 0.1))" in text
+        assert rwdir.DirLock.__text_signature__ == (
+            "(path, *, lease=45.0, poll=(0.001, 0.1), allow_unsafe_filesystem=False)"
+        )
+        assert "DirLock(path, *, lease=45.0, poll=(0.001, 0.1), allow_unsafe_filesystem=False)" in text

@@ -13,8 +13,9 @@ use nix::sys::stat::{Mode, SFlag, fstat, fstatat, mkdirat};
 use nix::unistd::{UnlinkatFlags, unlinkat};
 
 use crate::error::{Error, IoResultExt, Result};
+use crate::filesystem::Filesystem;
 use crate::names::LockName;
-use crate::sys::{self, DirReader, FileId, FsKind};
+use crate::sys::{self, DirReader, FileId};
 
 mod create;
 mod denied;
@@ -45,7 +46,9 @@ pub(crate) struct StateDir {
     parent: OwnedFd,
     leaf: std::ffi::OsString,
     path: PathBuf,
-    kind: FsKind,
+    /// Whether the filesystem may be shared between hosts ([`Filesystem::is_shared`],
+    /// from the `statfs` magic number alone: every FUSE mount is shared).
+    shared: bool,
     /// `(st_dev, st_ino)` of the directory when it was opened.
     id: FileId,
     /// Whether `O_TMPFILE` + `linkat` works here; cleared on the first failure.
@@ -212,7 +215,7 @@ impl StateDir {
                 Mode::empty(),
             ) {
                 Ok(fd) => {
-                    let kind = sys::fs_kind(&fd);
+                    let shared = Filesystem::from_facts(&sys::fs_facts(&fd, false)).is_shared();
                     let st = fstat(&fd).at("inspect state directory", || path.clone())?;
                     let id = FileId::of(&st);
                     return Ok(Some(StateDir {
@@ -220,7 +223,7 @@ impl StateDir {
                         parent: parent_fd,
                         leaf: leaf.to_os_string(),
                         path,
-                        kind,
+                        shared,
                         id,
                         tmpfile: AtomicBool::new(true),
                         renames: AtomicBool::new(true),
@@ -262,7 +265,7 @@ impl StateDir {
 
     /// Whether the state directory is on a filesystem that may be shared between hosts.
     pub(crate) fn is_remote(&self) -> bool {
-        self.kind == FsKind::Remote
+        self.shared
     }
 
     /// `(st_dev, st_ino)` of the state directory when it was opened: which lock this is,

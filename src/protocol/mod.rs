@@ -1110,6 +1110,7 @@ mod tests {
             pgid: 0,
             cancel: None,
             heartbeat: true,
+            allow_unsafe_fs: false,
         }
     }
 

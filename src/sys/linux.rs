@@ -213,64 +213,163 @@ pub(crate) fn group_alive(pgid: u32) -> bool {
     !seen
 }
 
-/// The kind of filesystem a directory lives on, as far as the protocol cares.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum FsKind {
-    /// A local filesystem: listings and `stat` are authoritative.
-    Local,
-    /// NFS, CIFS/SMB, FUSE (sshfs...), or another filesystem that may be shared between
-    /// hosts and may cache listings and attributes.
-    Remote,
+/// What the operating system says about the filesystem holding a descriptor: the
+/// `statfs` magic number and, where asked for, the mount's line of
+/// `/proc/self/mountinfo`. Classified by [`crate::filesystem`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct FsFacts {
+    /// `f_type` of `fstatfs`, as the 32-bit pattern the kernel defines; `None` if
+    /// `fstatfs` failed.
+    pub(crate) magic: Option<u32>,
+    /// The mount holding the descriptor, if it was looked up and found.
+    pub(crate) mount: Option<MountEntry>,
 }
 
-/// Remote and cluster filesystems that nix does not name; the values are the kernel's
-/// (`include/uapi/linux/magic.h`, `fs/smb/client/cifsglob.h`, `fs/ceph/super.h`,
-/// `fs/gfs2/incore.h` via `gfs2_ondisk.h`).
-const CIFS_MAGIC_NUMBER: i64 = 0xff53_4d42;
-const SMB2_MAGIC_NUMBER: i64 = 0xfe53_4d42;
-const CEPH_SUPER_MAGIC: i64 = 0x00c3_6400;
-const V9FS_MAGIC: i64 = 0x0102_1997;
-const GFS2_MAGIC: i64 = 0x0116_1970;
-/// Cluster filesystems with kernel clients of their own, outside the kernel tree: their
-/// magic numbers as their clients define them (Lustre `LL_SUPER_MAGIC`, IBM Storage
-/// Scale/GPFS, BeeGFS, PanFS) or as `magic.h` does (OrangeFS). Counting one of them
-/// as local would take listings and inotify as complete there, which they are not for
-/// other hosts' changes.
-const LUSTRE_MAGIC: i64 = 0x0bd0_0bd0;
-const GPFS_MAGIC: i64 = 0x4750_4653;
-const BEEGFS_MAGIC: i64 = 0x1983_0326;
-const ORANGEFS_MAGIC: i64 = 0x2003_0528;
-const PANFS_MAGIC: i64 = 0xaad7_aaea;
+/// The fields of one line of `/proc/self/mountinfo` that classification needs
+/// (proc(5)), with octal escapes (`\040`) undone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct MountEntry {
+    /// Field 3, `major:minor` of the mount's `st_dev`.
+    pub(crate) dev: (u64, u64),
+    /// Field 5, the mount point in this process's mount namespace.
+    pub(crate) mount_point: std::path::PathBuf,
+    /// The field after the separator: `ext4`, `fuse.sshfs`, `ceph`, `nfs4`, ...
+    pub(crate) fstype: String,
+    /// The mount source: `/dev/vda`, `host:/export`, `ceph-fuse`, `s3fs`, ...
+    pub(crate) source: String,
+}
 
-/// Classifies the filesystem holding `fd` by its `statfs` magic number.
-pub(crate) fn fs_kind(fd: impl AsFd) -> FsKind {
-    use nix::sys::statfs::{
-        AFS_SUPER_MAGIC, CODA_SUPER_MAGIC, FUSE_SUPER_MAGIC, FsType, NFS_SUPER_MAGIC,
-        OCFS2_SUPER_MAGIC, SMB_SUPER_MAGIC,
-    };
-    let Ok(st) = fstatfs(fd) else {
-        return FsKind::Remote;
-    };
-    let named: [FsType; 6] = [
-        NFS_SUPER_MAGIC,
-        SMB_SUPER_MAGIC,
-        FUSE_SUPER_MAGIC,
-        CODA_SUPER_MAGIC,
-        AFS_SUPER_MAGIC,
-        OCFS2_SUPER_MAGIC,
-    ];
-    if named.contains(&st.filesystem_type()) {
-        return FsKind::Remote;
+/// Undoes mountinfo's octal escapes (`\040` for a space, `\011`, `\012`, `\134`); a
+/// malformed escape is kept as it is.
+fn unescape(field: &str) -> Vec<u8> {
+    let b = field.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() {
+            let digits = &b[i + 1..i + 4];
+            if digits.iter().all(|d| (b'0'..=b'7').contains(d)) {
+                let v = digits
+                    .iter()
+                    .fold(0u32, |acc, d| acc * 8 + u32::from(d - b'0'));
+                if let Ok(byte) = u8::try_from(v) {
+                    out.push(byte);
+                    i += 4;
+                    continue;
+                }
+            }
+        }
+        out.push(b[i]);
+        i += 1;
     }
+    out
+}
+
+/// Parses one line of `/proc/self/mountinfo`; `None` for anything malformed.
+pub(crate) fn parse_mountinfo_line(line: &str) -> Option<MountEntry> {
+    use std::os::unix::ffi::OsStringExt as _;
+    let mut fields = line.split(' ');
+    let _id = fields.next()?;
+    let _parent = fields.next()?;
+    let (major, minor) = fields.next()?.split_once(':')?;
+    let dev = (major.parse().ok()?, minor.parse().ok()?);
+    let _root = fields.next()?;
+    let mount_point =
+        std::path::PathBuf::from(std::ffi::OsString::from_vec(unescape(fields.next()?)));
+    // Mount options, then optional fields up to the separator `-`.
+    let _options = fields.next()?;
+    for f in fields.by_ref() {
+        if f == "-" {
+            let fstype = String::from_utf8_lossy(&unescape(fields.next()?)).into_owned();
+            let source = String::from_utf8_lossy(&unescape(fields.next()?)).into_owned();
+            if fstype.is_empty() {
+                return None;
+            }
+            return Some(MountEntry {
+                dev,
+                mount_point,
+                fstype,
+                source,
+            });
+        }
+    }
+    None
+}
+
+/// The mount in `mountinfo` (the text of `/proc/self/mountinfo`) whose device is `dev`;
+/// of several (bind mounts), the one with the longest mount point that is a prefix of
+/// `path`, if given, else the last listed. Without `dev` (`fstat` failed, as on a FUSE
+/// mount whose server is gone), the mount with the longest mount point that is a prefix
+/// of `path`.
+pub(crate) fn find_mount(
+    mountinfo: &str,
+    dev: Option<(u64, u64)>,
+    path: Option<&std::path::Path>,
+) -> Option<MountEntry> {
+    let mut best: Option<MountEntry> = None;
+    for entry in mountinfo.lines().filter_map(parse_mountinfo_line) {
+        let fits = path.is_some_and(|p| p.starts_with(&entry.mount_point));
+        match dev {
+            Some(dev) if entry.dev != dev => continue,
+            None if !fits => continue,
+            _ => {}
+        }
+        let better = match (&best, path) {
+            (None, _) => true,
+            (Some(b), Some(p)) => {
+                let best_fits = p.starts_with(&b.mount_point);
+                (fits && !best_fits)
+                    || (fits == best_fits
+                        && entry.mount_point.as_os_str().len() >= b.mount_point.as_os_str().len())
+            }
+            (Some(_), None) => true,
+        };
+        if better {
+            best = Some(entry);
+        }
+    }
+    best
+}
+
+/// The `statfs` magic number of the filesystem holding `fd`, and with `mount`, its
+/// mount's line of `/proc/self/mountinfo` (matched by `st_dev`).
+pub(crate) fn fs_facts(fd: impl AsFd, mount: bool) -> FsFacts {
     // `f_type` is a signed long whose values above 2^31 come out negative on some
-    // targets: compare as the 32-bit pattern the kernel defines.
+    // targets: keep the 32-bit pattern the kernel defines.
+    #[allow(
+        clippy::unnecessary_cast,
+        clippy::useless_conversion,
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss
+    )]
+    let magic = fstatfs(fd.as_fd())
+        .ok()
+        .map(|st| (i64::from(st.filesystem_type().0 as i64) & 0xffff_ffff) as u32);
+    let mount = if mount { mount_of(fd.as_fd()) } else { None };
+    FsFacts { magic, mount }
+}
+
+/// The line of `/proc/self/mountinfo` for the mount holding `fd`.
+fn mount_of(fd: std::os::fd::BorrowedFd<'_>) -> Option<MountEntry> {
+    use std::os::fd::AsRawFd as _;
+    // `st_dev` is u64 on some targets and not on others.
     #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
-    let magic = i64::from(st.filesystem_type().0 as i64) & 0xffff_ffff;
-    match magic {
-        CIFS_MAGIC_NUMBER | SMB2_MAGIC_NUMBER | CEPH_SUPER_MAGIC | V9FS_MAGIC | GFS2_MAGIC
-        | LUSTRE_MAGIC | GPFS_MAGIC | BEEGFS_MAGIC | ORANGEFS_MAGIC | PANFS_MAGIC => FsKind::Remote,
-        _ => FsKind::Local,
+    let dev = nix::sys::stat::fstat(fd).ok().map(|st| {
+        let dev = st.st_dev as u64;
+        (nix::sys::stat::major(dev), nix::sys::stat::minor(dev))
+    });
+    let path = fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok();
+    // A hostile or huge mountinfo costs at most this much.
+    let mut text = String::new();
+    {
+        use std::io::Read as _;
+        fs::File::open("/proc/self/mountinfo")
+            .ok()?
+            .take(16 * 1024 * 1024)
+            .read_to_string(&mut text)
+            .ok()?;
     }
+    find_mount(&text, dev, path.as_deref())
 }
 
 #[cfg(test)]

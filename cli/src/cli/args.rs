@@ -39,6 +39,13 @@ pub(crate) struct Cli {
     )]
     pub(crate) lease: Option<Duration>,
 
+    /// Use DIR even on a filesystem where lock files cannot work (object-store FUSE
+    /// mounts: s3fs, gcsfuse, goofys, mountpoint-s3, rclone, blobfuse), which rwdir
+    /// otherwise refuses (exit 66). Only for those who know better than the mount's type;
+    /// check with `rwdir doctor DIR` first.
+    #[arg(long, global = true)]
+    pub(crate) allow_unsafe_filesystem: bool,
+
     /// What to do.
     #[command(subcommand)]
     pub(crate) command: Command,
@@ -82,6 +89,25 @@ pub(crate) enum Command {
         after_long_help = code::HELP
     )]
     Cleanup(CleanupArgs),
+    /// Check whether DIR's filesystem does what the lock relies on, and say why.
+    #[command(
+        long_about = "Check whether DIR's filesystem does what the lock relies on, and say why.\n\n\
+            Names the filesystem (from its mount), then tests, in a scratch directory \
+            DIR/.rwdir-doctor-ID that it removes at the end (also on SIGINT, SIGTERM \
+            and SIGHUP): exclusive creation (O_EXCL) and link() on an existing name, \
+            reading a link back, O_TMPFILE, rename and RENAME_NOREPLACE, refreshing an \
+            mtime through a descriptor, mtime granularity, and the clock skew between \
+            this host and the file server. With --peer-dir, the same directory as \
+            another client mounts it, it also races O_EXCL and link() between the two \
+            mounts and measures how stale the other client's listings and attributes \
+            are. It then compares the lease the filesystem calls for with the \
+            configured one (--lease, default 45 s), and reports leftover lock files in \
+            DIR/.rwdir (stale ones as rwdir status judges them) without touching them.\n\n\
+            One line per check (ok, warn, FAIL, ?) and a verdict. Exit status: 0 safe, \
+            1 unsafe (a check failed), 2 could not tell (a check could not be made, or \
+            DIR cannot be used)."
+    )]
+    Doctor(DoctorArgs),
     /// Print a shell completion script to standard output.
     Completions {
         /// The shell to complete for.
@@ -162,6 +188,28 @@ pub(crate) struct StatusArgs {
     /// Print one JSON object instead of a table:
     /// {"dir", "token", "writer", "pending", "readers"}, each holder as
     /// {"host", "pid", "since", "alive"}.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// Options of `rwdir doctor`.
+#[derive(Debug, Args)]
+pub(crate) struct DoctorArgs {
+    /// The directory to check (the one to be locked).
+    #[arg(value_name = "DIR")]
+    pub(crate) dir: PathBuf,
+
+    /// DIR as another client mounts it (another mount of the same share, on this host
+    /// or reachable from it): races and staleness are measured between the two.
+    #[arg(long, value_name = "PATH")]
+    pub(crate) peer_dir: Option<PathBuf>,
+
+    /// Rounds of each race with --peer-dir.
+    #[arg(long, value_name = "N", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub(crate) rounds: u32,
+
+    /// Print one JSON object instead of lines: {"dir", "verdict", "exit",
+    /// "filesystem", "lease", "checks"} (see docs/cli.md).
     #[arg(long)]
     pub(crate) json: bool,
 }

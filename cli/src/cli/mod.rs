@@ -2,6 +2,7 @@
 
 pub(crate) mod args;
 pub(crate) mod cleanup;
+pub(crate) mod doctor;
 pub(crate) mod exec;
 pub(crate) mod man;
 pub(crate) mod reap;
@@ -18,8 +19,12 @@ use nix::sys::signal::Signal;
 
 /// Exit codes of rwdir's own (COMMAND's status passes through unchanged).
 pub(crate) mod code {
-    /// Success of `status`, `cleanup`, `completions`, `man`.
+    /// Success of `status`, `cleanup`, `completions`, `man`; `doctor`: safe.
     pub(crate) const OK: u8 = 0;
+    /// `doctor`: unsafe, a check failed.
+    pub(crate) const DOCTOR_UNSAFE: u8 = 1;
+    /// `doctor`: could not tell.
+    pub(crate) const DOCTOR_UNKNOWN: u8 = 2;
     /// Any other error: an I/O error in the lock directory, a failed fork, ...
     pub(crate) const FAILURE: u8 = 1;
     /// Usage error: unknown option, missing COMMAND, bad --timeout (EX_USAGE).
@@ -43,11 +48,15 @@ pub(crate) mod code {
 Exit status:
   read, write   COMMAND's own exit status; 128+N if COMMAND died of signal N
                 (also when rwdir itself got signal N while waiting for the lock)
-  0             status, cleanup, completions, man: success
-  1             any other error (an I/O error in DIR/.rwdir, a failed fork, ...)
+  0             status, cleanup, completions, man: success; doctor: DIR is safe
+  1             any other error (an I/O error in DIR/.rwdir, a failed fork, ...);
+                doctor: DIR is unsafe (a check failed)
+  2             doctor: could not tell (a check could not be made, or DIR cannot
+                be used)
   64            usage error (unknown option, missing COMMAND, bad --timeout)
   66            DIR is missing, not a directory, not readable, or DIR/.rwdir is
-                not a real directory
+                not a real directory; or DIR is on a filesystem rwdir refuses
+                (object-store mounts) without --allow-unsafe-filesystem
   74            the lock was lost while COMMAND ran (its lock file was removed, or
                 the filesystem went away): COMMAND got SIGTERM, SIGKILL 10 s later
   75            the lock was not obtained within --timeout (or at once, --no-wait)
@@ -80,7 +89,8 @@ Exit status:
   1     any other error (an I/O error in DIR/.rwdir, a failed fork, ...)
   64    usage error (unknown option, missing COMMAND, bad --timeout)
   66    DIR is missing, not a directory, not readable, or DIR/.rwdir is not a real
-        directory
+        directory; or DIR is on a filesystem rwdir refuses (object-store mounts)
+        without --allow-unsafe-filesystem
   74    the lock was lost while COMMAND ran: COMMAND got SIGTERM, SIGKILL 10 s later
   75    the lock was not obtained within --timeout (or at once, --no-wait)
   126   COMMAND was found but could not be executed
@@ -195,6 +205,13 @@ pub(crate) fn report(err: &Error) {
 /// What to do about a lock error, where the command can tell: for a refused permission,
 /// whom to ask for what (the library's error carries only the facts).
 fn advice(err: &rwdir::Error) -> Option<String> {
+    if let rwdir::Error::UnsafeFilesystem { path, .. } = err {
+        return Some(format!(
+            "check it with `rwdir doctor {}`, and pass --allow-unsafe-filesystem only if \
+             you know better (see docs/network-filesystems.md)",
+            path.display()
+        ));
+    }
     let rwdir::Error::PermissionDenied {
         path,
         refused,
@@ -249,9 +266,15 @@ pub(crate) fn say(line: &str) {
     let _ = writeln!(io::stderr().lock(), "rwdir: {line}");
 }
 
-/// A lock builder for DIR with the global `--lease`, as every subcommand makes it.
+/// The global `--allow-unsafe-filesystem`, set once by `main` before any subcommand runs.
+pub(crate) static ALLOW_UNSAFE_FS: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// A lock builder for DIR with the global `--lease` and `--allow-unsafe-filesystem`, as
+/// every subcommand makes it.
 pub(crate) fn builder(dir: &std::path::Path, lease: Option<std::time::Duration>) -> rwdir::Builder {
-    let builder = rwdir::DirLock::builder(dir);
+    let builder = rwdir::DirLock::builder(dir)
+        .allow_unsafe_filesystem(ALLOW_UNSAFE_FS.load(std::sync::atomic::Ordering::Relaxed));
     match lease {
         Some(lease) => builder.lease(lease),
         None => builder,

@@ -169,7 +169,7 @@ mod tests {
             ),
             (
                 &[],
-                "missing subcommand for 'rwdir' (read, write, status, cleanup, completions, man, help)",
+                "missing subcommand for 'rwdir' (read, write, status, cleanup, doctor, completions, man, help)",
                 "rwdir",
             ),
             (

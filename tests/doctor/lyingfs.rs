@@ -1,0 +1,455 @@
+//! A tiny in-memory FUSE filesystem for the tests, mounted in the test process with the
+//! `fuser` crate (its own mount code: `mount(2)` as root, no libfuse). Honest, or lying
+//! the way object stores do: a regular file is invisible to lookups for a while after it
+//! was created (eventual consistency), and a create or a link onto a name that exists
+//! replaces what is there instead of failing with `EEXIST`. So `O_CREAT|O_EXCL` on an
+//! existing name succeeds, which is what `rwdir doctor` must catch.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::{OsStr, OsString};
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime};
+
+use fuser::{
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, LockOwner,
+    MountOption, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyEmpty, ReplyEntry, ReplyWrite, Request, TimeOrNow, WriteFlags,
+};
+
+/// How long a lying mount hides a new file from lookups.
+pub const LAG: Duration = Duration::from_secs(1);
+
+#[derive(Debug)]
+struct Node {
+    kind: FileType,
+    perm: u16,
+    nlink: u32,
+    data: Vec<u8>,
+    mtime: SystemTime,
+    created: Instant,
+    children: BTreeMap<OsString, u64>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    nodes: HashMap<u64, Node>,
+    next: u64,
+}
+
+/// The filesystem; `lie` picks the behaviour.
+#[derive(Debug)]
+pub struct LyingFs {
+    inner: Mutex<Inner>,
+    lie: bool,
+}
+
+const TTL: Duration = Duration::ZERO;
+
+impl LyingFs {
+    pub fn new(lie: bool) -> LyingFs {
+        let root = Node {
+            kind: FileType::Directory,
+            perm: 0o777,
+            nlink: 2,
+            data: Vec::new(),
+            mtime: SystemTime::now(),
+            created: Instant::now(),
+            children: BTreeMap::new(),
+        };
+        LyingFs {
+            inner: Mutex::new(Inner {
+                nodes: HashMap::from([(1, root)]),
+                next: 2,
+            }),
+            lie,
+        }
+    }
+
+    fn inner(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+fn attr(ino: u64, n: &Node) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(ino),
+        size: n.data.len() as u64,
+        blocks: (n.data.len() as u64).div_ceil(512),
+        atime: n.mtime,
+        mtime: n.mtime,
+        ctime: n.mtime,
+        crtime: n.mtime,
+        kind: n.kind,
+        perm: n.perm,
+        nlink: n.nlink,
+        uid: nix::unistd::getuid().as_raw(),
+        gid: nix::unistd::getgid().as_raw(),
+        rdev: 0,
+        flags: 0,
+        blksize: 4096,
+    }
+}
+
+impl Inner {
+    fn new_node(&mut self, kind: FileType, perm: u16) -> u64 {
+        let ino = self.next;
+        self.next += 1;
+        self.nodes.insert(
+            ino,
+            Node {
+                kind,
+                perm,
+                nlink: if kind == FileType::Directory { 2 } else { 1 },
+                data: Vec::new(),
+                mtime: SystemTime::now(),
+                created: Instant::now(),
+                children: BTreeMap::new(),
+            },
+        );
+        ino
+    }
+
+    fn child(&self, parent: INodeNo, name: &OsStr) -> Result<Option<u64>, Errno> {
+        let p = self.nodes.get(&parent.0).ok_or(Errno::ENOENT)?;
+        if p.kind != FileType::Directory {
+            return Err(Errno::ENOTDIR);
+        }
+        Ok(p.children.get(name).copied())
+    }
+
+    fn drop_link(&mut self, ino: u64) {
+        if let Some(n) = self.nodes.get_mut(&ino) {
+            n.nlink = n.nlink.saturating_sub(1);
+        }
+    }
+}
+
+impl Filesystem for LyingFs {
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let inner = self.inner();
+        match inner.child(parent, name) {
+            Ok(Some(ino)) => {
+                let n = &inner.nodes[&ino];
+                if self.lie && n.kind == FileType::RegularFile && n.created.elapsed() < LAG {
+                    reply.error(Errno::ENOENT);
+                } else {
+                    reply.entry(&TTL, &attr(ino, n), Generation(0));
+                }
+            }
+            Ok(None) => reply.error(Errno::ENOENT),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.inner().nodes.get(&ino.0) {
+            Some(n) => reply.attr(&TTL, &attr(ino.0, n)),
+            None => reply.error(Errno::ENOENT),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        _uid: Option<u32>,
+        _gid: Option<u32>,
+        size: Option<u64>,
+        _atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let mut inner = self.inner();
+        let Some(n) = inner.nodes.get_mut(&ino.0) else {
+            return reply.error(Errno::ENOENT);
+        };
+        if let Some(mode) = mode {
+            n.perm = (mode & 0o7777) as u16;
+        }
+        if let Some(size) = size {
+            n.data.resize(usize::try_from(size).unwrap_or(0), 0);
+        }
+        match mtime {
+            Some(TimeOrNow::SpecificTime(t)) => n.mtime = t,
+            Some(TimeOrNow::Now) => n.mtime = SystemTime::now(),
+            None => {}
+        }
+        reply.attr(&TTL, &attr(ino.0, n));
+    }
+
+    fn mkdir(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let mut inner = self.inner();
+        match inner.child(parent, name) {
+            Ok(Some(_)) => return reply.error(Errno::EEXIST),
+            Err(e) => return reply.error(e),
+            Ok(None) => {}
+        }
+        let ino = inner.new_node(FileType::Directory, (mode & !umask & 0o7777) as u16);
+        if let Some(p) = inner.nodes.get_mut(&parent.0) {
+            p.children.insert(name.to_os_string(), ino);
+            p.nlink += 1;
+        }
+        reply.entry(&TTL, &attr(ino, &inner.nodes[&ino]), Generation(0));
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let mut inner = self.inner();
+        match inner.child(parent, name) {
+            Ok(Some(ino)) if inner.nodes[&ino].kind == FileType::Directory => {
+                reply.error(Errno::EISDIR)
+            }
+            Ok(Some(ino)) => {
+                if let Some(p) = inner.nodes.get_mut(&parent.0) {
+                    p.children.remove(name);
+                }
+                inner.drop_link(ino);
+                reply.ok();
+            }
+            Ok(None) => reply.error(Errno::ENOENT),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let mut inner = self.inner();
+        match inner.child(parent, name) {
+            Ok(Some(ino)) if inner.nodes[&ino].kind != FileType::Directory => {
+                reply.error(Errno::ENOTDIR)
+            }
+            Ok(Some(ino)) if !inner.nodes[&ino].children.is_empty() => {
+                reply.error(Errno::ENOTEMPTY)
+            }
+            Ok(Some(ino)) => {
+                if let Some(p) = inner.nodes.get_mut(&parent.0) {
+                    p.children.remove(name);
+                    p.nlink -= 1;
+                }
+                inner.nodes.remove(&ino);
+                reply.ok();
+            }
+            Ok(None) => reply.error(Errno::ENOENT),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let mut inner = self.inner();
+        let ino = match inner.child(parent, name) {
+            Ok(Some(ino)) => ino,
+            Ok(None) => return reply.error(Errno::ENOENT),
+            Err(e) => return reply.error(e),
+        };
+        let old = match inner.child(newparent, newname) {
+            Ok(old) => old,
+            Err(e) => return reply.error(e),
+        };
+        if old.is_some() && flags.contains(RenameFlags::RENAME_NOREPLACE) {
+            return reply.error(Errno::EEXIST);
+        }
+        if let Some(old) = old {
+            inner.drop_link(old);
+        }
+        if let Some(p) = inner.nodes.get_mut(&parent.0) {
+            p.children.remove(name);
+        }
+        if let Some(p) = inner.nodes.get_mut(&newparent.0) {
+            p.children.insert(newname.to_os_string(), ino);
+        }
+        reply.ok();
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let mut inner = self.inner();
+        match inner.child(newparent, newname) {
+            Ok(Some(_)) if !self.lie => return reply.error(Errno::EEXIST),
+            Ok(Some(old)) => inner.drop_link(old),
+            Ok(None) => {}
+            Err(e) => return reply.error(e),
+        }
+        let Some(n) = inner.nodes.get_mut(&ino.0) else {
+            return reply.error(Errno::ENOENT);
+        };
+        n.nlink += 1;
+        let a = attr(ino.0, n);
+        if let Some(p) = inner.nodes.get_mut(&newparent.0) {
+            p.children.insert(newname.to_os_string(), ino.0);
+        }
+        reply.entry(&TTL, &a, Generation(0));
+    }
+
+    fn create(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let mut inner = self.inner();
+        let ino = match inner.child(parent, name) {
+            // The lie: an existing name is taken over, O_EXCL or not.
+            Ok(Some(ino)) if self.lie => {
+                if let Some(n) = inner.nodes.get_mut(&ino) {
+                    n.data.clear();
+                    n.created = Instant::now();
+                }
+                ino
+            }
+            Ok(Some(_)) if flags & nix::libc::O_EXCL != 0 => return reply.error(Errno::EEXIST),
+            Ok(Some(ino)) => ino,
+            Ok(None) => {
+                let ino = inner.new_node(FileType::RegularFile, (mode & !umask & 0o7777) as u16);
+                if let Some(p) = inner.nodes.get_mut(&parent.0) {
+                    p.children.insert(name.to_os_string(), ino);
+                }
+                ino
+            }
+            Err(e) => return reply.error(e),
+        };
+        let a = attr(ino, &inner.nodes[&ino]);
+        reply.created(&TTL, &a, Generation(0), FileHandle(0), FopenFlags::empty());
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let inner = self.inner();
+        let Some(n) = inner.nodes.get(&ino.0) else {
+            return reply.error(Errno::ENOENT);
+        };
+        let start = usize::try_from(offset)
+            .unwrap_or(usize::MAX)
+            .min(n.data.len());
+        let end = start.saturating_add(size as usize).min(n.data.len());
+        reply.data(&n.data[start..end]);
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let mut inner = self.inner();
+        let Some(n) = inner.nodes.get_mut(&ino.0) else {
+            return reply.error(Errno::ENOENT);
+        };
+        let start = usize::try_from(offset).unwrap_or(0);
+        if n.data.len() < start + data.len() {
+            n.data.resize(start + data.len(), 0);
+        }
+        n.data[start..start + data.len()].copy_from_slice(data);
+        n.mtime = SystemTime::now();
+        reply.written(data.len() as u32);
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn fsync(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _d: bool, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let inner = self.inner();
+        let Some(n) = inner.nodes.get(&ino.0) else {
+            return reply.error(Errno::ENOENT);
+        };
+        let mut entries = vec![
+            (ino.0, FileType::Directory, OsString::from(".")),
+            (ino.0, FileType::Directory, OsString::from("..")),
+        ];
+        for (name, child) in &n.children {
+            entries.push((*child, inner.nodes[child].kind, name.clone()));
+        }
+        for (i, (child, kind, name)) in entries
+            .into_iter()
+            .enumerate()
+            .skip(usize::try_from(offset).unwrap_or(usize::MAX))
+        {
+            if reply.add(INodeNo(child), (i + 1) as u64, kind, &name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+}
+
+/// Mounts a fresh filesystem at `at` under the source name `name` (mountinfo shows type
+/// `fuse` and source `name`, as for `-o fsname=NAME`); unmounted when the session drops.
+pub fn mount(at: &Path, name: &str, lie: bool) -> std::io::Result<fuser::BackgroundSession> {
+    let mut cfg = fuser::Config::default();
+    cfg.mount_options = vec![
+        MountOption::FSName(name.to_string()),
+        MountOption::Subtype(name.to_string()),
+        MountOption::RW,
+        MountOption::DefaultPermissions,
+    ];
+    cfg.acl = fuser::SessionACL::All;
+    fuser::spawn_mount(LyingFs::new(lie), at, &cfg)
+}
