@@ -352,7 +352,7 @@ impl Filesystem {
     pub fn notes(&self) -> &'static str {
         match self.kind {
             FsKind::Local => {
-                "local: listings, stat and inotify are authoritative; holders of this host are judged exactly"
+                "listings, stat and inotify are authoritative; holders of this host are judged exactly"
             }
             FsKind::Overlay => {
                 "overlayfs is taken as local: share a directory between containers through a bind mount of the host's filesystem, not through separate overlays"
@@ -370,7 +370,7 @@ impl Filesystem {
                 "coherent between clients within milliseconds; a dead client blocks others until its MDS session times out (~60 s) or is evicted"
             }
             FsKind::GlusterFs => {
-                "default client caching leaves attributes, nlink and listings ~1 s stale, and ESTALE for ~1 s after another client's rename"
+                "with default client caching, stat, open and link counts answer from the client's caches for ~1 s after another client's change (listings are fresh), and ESTALE for ~1 s after its rename"
             }
             FsKind::MooseFs => {
                 "mtimes in whole seconds; sessions of dead clients are kept (a day by default)"
