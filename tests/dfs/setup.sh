@@ -47,8 +47,9 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 KIND=${1:-}
 case "$KIND" in ceph|gluster) ;; *) die "usage: setup.sh ceph|gluster" ;; esac
 [ "$(id -u)" = 0 ] || die "must run as root (FUSE mounts, daemons, namespaces)"
-# stdout carries only the assignments (fd 3); everything else goes to stderr
-exec 3>&1 1>&2
+# stdout carries only the assignments; everything else goes to stderr (and the
+# daemons must not inherit stdout: `$(setup.sh)` would wait for them)
+main() {
 
 # ---------------------------------------------------------------- packages
 need=()
@@ -192,9 +193,11 @@ echo probe > "$STATE/mnt/a/$probe"
 if (set -C; : > "$STATE/mnt/b/$probe") 2>/dev/null; then die "exclusive create through B succeeded on an existing file"; fi
 rm -f "$STATE/mnt/a/$probe"
 
+}
+main >&2
+
 # ---------------------------------------------------------------- report
 q() { printf '%q' "$1"; }
-exec 1>&3 3>&-
 echo "NETFS_KIND=$KIND"
 echo "NETFS_STATE=$(q "$STATE")"
 echo "NETFS_EXPORT=$(q "$STATE/mnt/e")"
