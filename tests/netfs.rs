@@ -522,11 +522,9 @@ mod worker {
                             }
                             None => slog.line(&format!("status {t} - none 0 {}", now_ns())),
                         },
-                        Err(e) => slog.line(&format!(
-                            "status {t} - error:{} 0 {}",
-                            e.kind(),
-                            now_ns()
-                        )),
+                        Err(e) => {
+                            slog.line(&format!("status {t} - error:{} 0 {}", e.kind(), now_ns()))
+                        }
                     }
                     std::thread::sleep(Duration::from_millis(250));
                 }
@@ -1096,7 +1094,10 @@ fn stress_two_hosts_default_caching() {
 fn stress_two_hosts_cache_no() {
     let rig = rig("stress_two_hosts_cache_no");
     let Some((a, b)) = &rig.nocache else {
-        eprintln!("note: skipped on {:?}: `cache=no` is an sshfs option", rig.kind);
+        eprintln!(
+            "note: skipped on {:?}: `cache=no` is an sshfs option",
+            rig.kind
+        );
         return;
     };
     stress(&rig, "stress-nocache", a, b);
@@ -1202,10 +1203,24 @@ fn check_takeover(
         .map(|w| w[1].saturating_sub(w[0]))
         .max()
         .unwrap_or(0);
+    // The longest `status` call (from asked to answered), the last one included.
+    let slowest = taker
+        .lines()
+        .iter()
+        .filter(|l| l.starts_with("status "))
+        .map(|l| {
+            let f: Vec<String> = l.split(' ').map(str::to_string).collect();
+            field::<u128>(&f, 5).saturating_sub(field(&f, 1))
+        })
+        .max()
+        .unwrap_or(0);
     eprintln!(
-        "netfs {what}: {unknown} status samples showed {old_host} as Unknown before the lease \
-         ended; longest gap between samples {:.2} s (a sample every 0.25 s unless `status` blocks)",
-        secs(longest)
+        "netfs {what}: {} status samples, {unknown} showed {old_host} as Unknown before the \
+         lease ended; longest gap between samples {:.2} s, slowest `status` call {:.2} s (a \
+         sample every 0.25 s unless `status` blocks)",
+        samples.len(),
+        secs(longest),
+        secs(slowest)
     );
     if blocked_until == 0 {
         assert!(unknown >= 4, "too few status samples");
@@ -1216,6 +1231,9 @@ fn check_takeover(
 #[ignore = "needs the multi-host rig: tests/netfs/run.sh cargo test --test netfs -- --ignored"]
 fn crashed_host_is_taken_over_after_the_lease() {
     let rig = rig("crashed_host_is_taken_over_after_the_lease");
+    // Built now (the first call runs `cargo build`, tens of seconds on a busy machine),
+    // not while the taker waits: the `status` below must run within the lease.
+    let rwdir = bin::rwdir_bin();
     let name = "crash";
     let out = fresh(&rig, name);
     let mut holder = spawn(
@@ -1253,7 +1271,6 @@ fn crashed_host_is_taken_over_after_the_lease() {
     );
     // `rwdir status --json` on the survivor, while it waits.
     {
-        let rwdir = bin::rwdir_bin();
         let dir = rig.b.join(name);
         let o = on_host(&rig, "hostb", None)
             .arg(rwdir)
@@ -1308,7 +1325,14 @@ fn frozen_holder_loses_the_lock_and_notices() {
     let pid = Pid::from_raw(holder.global_pid());
     let (last_beat, taker, g2, resumed) = freeze_and_take(&rig, name, &out, pid);
     assert_eq!(g2[0], "granted", "{g2:?}");
-    check_takeover("frozen holder", &taker, field(&g2, 2), last_beat, "hosta", 0);
+    check_takeover(
+        "frozen holder",
+        &taker,
+        field(&g2, 2),
+        last_beat,
+        "hosta",
+        0,
+    );
     let lost = holder.wait_for(&["lost", "released", "expired"], Duration::from_secs(30));
     assert_eq!(lost[0], "lost", "{lost:?}");
     let (t1, t2): (u64, u64) = (field(&g1, 1), field(&g2, 1));
@@ -1406,17 +1430,15 @@ fn partitioned_host_loses_the_lock_and_creates_nothing() {
         // 42 s, then ENOTCONN), and the holder's heartbeat with it: the holder may
         // learn of the loss only once the link is back.
         let g2 = taker.wait_for(&["granted", "error"], grant_limit);
-        let cut_off = holder
-            .lines()
-            .into_iter()
-            .find(|l| l.starts_with("lost "));
+        let cut_off = holder.lines().into_iter().find(|l| l.starts_with("lost "));
         eprintln!(
             "netfs partition: when host A was granted, {:.1} s after the cut, the holder on \
              host C had {}",
             secs(now_ns().saturating_sub(cut)),
-            cut_off.map_or("not noticed the loss (its calls wait for the server)".to_string(), |l| {
-                format!("reported: {l}")
-            })
+            cut_off.map_or(
+                "not noticed the loss (its calls wait for the server)".to_string(),
+                |l| { format!("reported: {l}") }
+            )
         );
         link("up");
         let lost = holder.wait_for(&["lost", "released", "expired"], Duration::from_secs(120));
@@ -1559,7 +1581,10 @@ fn crashed_fuse_client(test: &str, victim: &str, evict: bool) {
         return;
     };
     if evict && rig.kind != Kind::Ceph {
-        eprintln!("note: skipped on {:?}: only CephFS has sessions to evict", rig.kind);
+        eprintln!(
+            "note: skipped on {:?}: only CephFS has sessions to evict",
+            rig.kind
+        );
         return;
     }
     let name = format!("crashed-client-{victim}");
@@ -1612,10 +1637,7 @@ fn crashed_fuse_client(test: &str, victim: &str, evict: bool) {
         (Kind::Ceph, None) => crashed + rig.session_timeout.as_nanos(),
         _ => 0,
     };
-    let g2 = taker.wait_for(
-        &["granted", "error"],
-        SHORT_LEASE * 3 + rig.session_timeout,
-    );
+    let g2 = taker.wait_for(&["granted", "error"], SHORT_LEASE * 3 + rig.session_timeout);
     let lost = holder.wait_for(&["lost", "released", "expired"], Duration::from_secs(60));
     let last_beat = beat_seen(test, beat);
     let errors: Vec<String> = taker
@@ -2446,7 +2468,10 @@ fn long_holds_on_two_hosts_default_caching() {
 fn long_holds_on_two_hosts_cache_no() {
     let rig = rig("long_holds_on_two_hosts_cache_no");
     let Some((a, b)) = &rig.nocache else {
-        eprintln!("note: skipped on {:?}: `cache=no` is an sshfs option", rig.kind);
+        eprintln!(
+            "note: skipped on {:?}: `cache=no` is an sshfs option",
+            rig.kind
+        );
         return;
     };
     long_stress(&rig, "long-nocache", a, b);

@@ -166,14 +166,14 @@ volume management
 end-volume
 VOL
   glusterd -f "$R"/glusterd.vol -p "$R"/glusterd.pid -l "$STATE"/log/glusterd.log
-  for _ in $(seq 100); do gl volume list >/dev/null 2>&1 && break; sleep 0.1; done
+  for _ in $(seq 300); do gl volume list >/dev/null 2>&1 && break; sleep 0.1; done
   gl volume create gv0 "$SERVER:$STATE/brick0" force >/dev/null
   # shellcheck disable=SC2086
   set -- ${RWDIR_DFS_GL_VOLSET:-}
   while [ $# -ge 2 ]; do gl volume set gv0 "$1" "$2" >/dev/null; shift 2; done
   gl volume start gv0 >/dev/null
-  for _ in $(seq 100); do gl volume status gv0 2>/dev/null | grep -qE '^Brick.* Y ' && break; sleep 0.1; done
-  gl volume status gv0 2>/dev/null | grep -qE '^Brick.* Y ' || die "the brick did not start; see $STATE/log"
+  for _ in $(seq 600); do gl volume status gv0 --xml 2>/dev/null | grep -q '<status>1</status>' && break; sleep 0.1; done
+  gl volume status gv0 --xml 2>/dev/null | grep -q '<status>1</status>' || die "the brick did not start; see $STATE/log"
   SESSION_TIMEOUT=0
 fi
 echo "$SESSION_TIMEOUT" > "$STATE"/session_timeout

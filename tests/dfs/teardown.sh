@@ -14,10 +14,17 @@ for mp in "$STATE"/mnt/*; do
   bash "$HERE/client.sh" down "$(basename "$mp")" 2>/dev/null || true
 done
 
+# anything else still mounted under the state dir (a dead crash victim, say)
+for _ in 1 2 3; do
+  left=$(awk -v s="$STATE/" 'index($2, s) == 1 {print $2}' /proc/self/mounts)
+  [ -z "$left" ] && break
+  for m in $left; do umount -l "$m" 2>/dev/null || fusermount3 -u -z "$m" 2>/dev/null || true; done
+  sleep 0.2
+done
+
 # 2. servers, by pid file
 pids=()
-for f in "$STATE"/ceph/*.pid "$STATE"/gluster/run/*.pid "$STATE"/gluster/run/*/*.pid \
-         "$STATE"/gluster/lib/vols/*/run/*.pid "$STATE"/gluster/glusterd.pid; do
+for f in $(find "$STATE"/ceph "$STATE"/gluster -name '*.pid' 2>/dev/null); do
   [ -f "$f" ] || continue
   p=$(cat "$f" 2>/dev/null)
   [ -n "$p" ] && kill -0 "$p" 2>/dev/null && { kill "$p" 2>/dev/null; pids+=("$p"); }
