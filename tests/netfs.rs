@@ -15,6 +15,15 @@
 //! the lock's state read through the export), waited for by polling; no sleep decides a
 //! verdict.
 //!
+//! The same tests run on real distributed filesystems (issue #17, docs/notes/dfs-rig.md):
+//! `tests/dfs/run.sh ceph|gluster cargo test --test netfs -- --ignored --nocapture` sets
+//! `NETFS_KIND`, host C and the server's view (a client of its own there, not a local
+//! directory); the `cache=no` variants are sshfs options and skip themselves there with
+//! a note. On CephFS a take-over after a client was cut off or died may wait for the MDS's
+//! session timeout (`NETFS_SESSION_TIMEOUT_SECS`), never less than the lease. The
+//! crashed-FUSE-client tests need the DFS rig (`tests/dfs/client.sh` kills one host's
+//! client) and skip themselves on sshfs.
+//!
 //! The last section (issue #18, docs/protocol.md §11) holds and waits for longer than the lease
 //! ([`WAIT_LEASE`], 8 s): the three traces across hosts (a writer waiting in W5 past the
 //! lease, a grant after such a wait, a timeout in W5 after the lease), FIFO across hosts
