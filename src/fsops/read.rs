@@ -183,8 +183,9 @@ impl StateDir {
     /// On a remote filesystem two things differ from a local one (docs/protocol.md §10):
     ///
     /// - `fstat` may be answered by path rather than through the open file: sshfs then
-    ///   says `ENOENT`, NFS `ESTALE`, when another host removed the file after our
-    ///   `open`. That is "gone", not an error.
+    ///   says `ENOENT`, NFS `ESTALE`, GlusterFS `EBADFD` (its open-behind opens
+    ///   lazily: measured on the DFS rig with md-cache off, docs/notes/dfs-rig.md), when
+    ///   another host removed the file after our `open`. That is "gone", not an error.
     /// - A record can read **cut short** for about 1 s after another host replaced the
     ///   file with a longer one: the client keeps the old size in its attribute cache
     ///   (measured on sshfs: every time the reader had read the previous file at that
@@ -196,7 +197,11 @@ impl StateDir {
         if !self.is_remote() {
             return read_fd(fd, true).map(Some);
         }
-        let vanished = |e: &std::io::Error| matches!(e.raw_os_error(), Some(c) if c == Errno::ENOENT as i32 || c == Errno::ESTALE as i32);
+        let vanished = |e: &std::io::Error| {
+            matches!(e.raw_os_error(), Some(c) if c == Errno::ENOENT as i32
+                || c == Errno::ESTALE as i32
+                || c == Errno::EBADFD as i32)
+        };
         let first = match read_fd(fd, false) {
             Ok(r) => r,
             Err(e) if vanished(&e) => return Ok(None),
