@@ -17,6 +17,7 @@ use std::fmt::Write as _;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -773,6 +774,9 @@ fn wait_visible(path: &Path) -> Option<Duration> {
     }
 }
 
+/// How long each race may take in all: it stops after the round running then.
+const RACE_BUDGET: Duration = Duration::from_secs(30);
+
 /// `rounds` races between two threads, one creating through DIR, one through the peer,
 /// with `attempt`; each must have exactly one winner by what the name reads back, and no
 /// loser may have been told it won.
@@ -786,20 +790,42 @@ fn race(
 ) -> Check {
     let attempt = Arc::new(attempt);
     let barrier = Arc::new(Barrier::new(2));
-    let side = |base: PathBuf, nonce: &'static [u8]| {
+    // Both sides run the same rounds: side A decides, between two barriers, whether
+    // there is time for another (a filesystem that makes the loser wait, as CephFS
+    // does for 5 s while it recalls the winner's capabilities, must not take minutes).
+    let deadline = Instant::now() + RACE_BUDGET;
+    let more = Arc::new(AtomicBool::new(true));
+    let slowest = Arc::new(Mutex::new(Duration::ZERO));
+    let side = |base: PathBuf, nonce: &'static [u8], decides: bool| {
         let attempt = Arc::clone(&attempt);
         let barrier = Arc::clone(&barrier);
+        let more = Arc::clone(&more);
+        let slowest = Arc::clone(&slowest);
         std::thread::spawn(move || {
-            (0..rounds)
-                .map(|i| {
-                    barrier.wait();
-                    attempt(&base, i, nonce).is_ok()
-                })
-                .collect::<Vec<bool>>()
+            let mut won = Vec::new();
+            for i in 0..rounds {
+                if decides {
+                    more.store(Instant::now() < deadline, Ordering::SeqCst);
+                }
+                barrier.wait();
+                if !more.load(Ordering::SeqCst) {
+                    break;
+                }
+                barrier.wait();
+                let start = Instant::now();
+                won.push(attempt(&base, i, nonce).is_ok());
+                let took = start.elapsed();
+                if let Ok(mut s) = slowest.lock() {
+                    *s = (*s).max(took);
+                }
+                // Neither side starts the next round's decision before both are done.
+                barrier.wait();
+            }
+            won
         })
     };
-    let a = side(here.to_path_buf(), b"side-a");
-    let b = side(peer.to_path_buf(), b"side-b");
+    let a = side(here.to_path_buf(), b"side-a", true);
+    let b = side(peer.to_path_buf(), b"side-b", false);
     let (Ok(a), Ok(b)) = (a.join(), b.join()) else {
         return check(
             name,
@@ -807,6 +833,26 @@ fn race(
             format!("a {what} race thread failed"),
         );
     };
+    let ran = a.len().min(b.len());
+    let slowest = slowest.lock().map(|s| *s).unwrap_or_default();
+    let cut = if ran < rounds as usize {
+        format!(
+            " (stopped after {} s: an attempt took up to {:.3} s)",
+            RACE_BUDGET.as_secs(),
+            slowest.as_secs_f64()
+        )
+    } else {
+        String::new()
+    };
+    if ran == 0 {
+        return check(
+            name,
+            Status::Unknown,
+            format!("no {what} race finished in time"),
+        );
+    }
+    #[allow(clippy::cast_possible_truncation)] // at most `rounds`, a u32
+    let rounds = ran as u32;
     let mut both = 0;
     let mut wrong = 0;
     let mut none = 0;
@@ -833,7 +879,7 @@ fn race(
             name,
             Status::Fail,
             format!(
-                "{what} races between the two mounts: {both} of {rounds} rounds had two winners, {wrong} a winner whose content was not at the name"
+                "{what} races between the two mounts: {both} of {rounds} rounds had two winners, {wrong} a winner whose content was not at the name{cut}"
             ),
         )
         .value(f64::from(both + wrong))
@@ -841,14 +887,18 @@ fn race(
         check(
             name,
             Status::Warn,
-            format!("{what} races between the two mounts: {none} of {rounds} rounds left no file"),
+            format!(
+                "{what} races between the two mounts: {none} of {rounds} rounds left no file{cut}"
+            ),
         )
         .value(0.0)
     } else {
         check(
             name,
             Status::Ok,
-            format!("{what} races between the two mounts: one winner in each of {rounds} rounds"),
+            format!(
+                "{what} races between the two mounts: one winner in each of {rounds} rounds{cut}"
+            ),
         )
         .value(0.0)
     }
