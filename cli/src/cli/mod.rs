@@ -202,9 +202,36 @@ pub(crate) fn report(err: &Error) {
     }
 }
 
+/// What to do when the filesystem's client has lost its server: `ESHUTDOWN` is what a
+/// CephFS client answers once the MDS has evicted its session (after a crash of the
+/// client, a partition longer than the session timeout, or `ceph tell mds.<id> client
+/// evict`), and it stays so until the filesystem is mounted again (measured on the
+/// CephFS rig, docs/notes/dfs-rig.md); `ENOTCONN` is a FUSE mount whose client process
+/// died.
+fn disconnected(source: &io::Error) -> Option<&'static str> {
+    match nix::errno::Errno::from_raw(source.raw_os_error()?) {
+        nix::errno::Errno::ESHUTDOWN => Some(
+            "the filesystem's client has lost its session with the server (a CephFS \
+             client evicted by the MDS answers so until remounted): remount the \
+             filesystem that holds DIR (see docs/network-filesystems.md)",
+        ),
+        nix::errno::Errno::ENOTCONN => Some(
+            "the filesystem's client is gone (a FUSE client process that died leaves its \
+             mount point so): unmount it (`fusermount -u`) and mount it again (see \
+             docs/network-filesystems.md)",
+        ),
+        _ => None,
+    }
+}
+
 /// What to do about a lock error, where the command can tell: for a refused permission,
 /// whom to ask for what (the library's error carries only the facts).
 fn advice(err: &rwdir::Error) -> Option<String> {
+    if let rwdir::Error::Io { source, .. } = err
+        && let Some(advice) = disconnected(source)
+    {
+        return Some(advice.to_string());
+    }
     if let rwdir::Error::UnsafeFilesystem { path, .. } = err {
         return Some(format!(
             "check it with `rwdir doctor {}`, and pass --allow-unsafe-filesystem only if \
@@ -289,4 +316,27 @@ pub(crate) fn out(text: &str) -> Result<(), Error> {
         .write_all(text.as_bytes())
         .and_then(|()| stdout.flush())
         .map_err(Error::Output)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn io_error(errno: nix::errno::Errno) -> rwdir::Error {
+        rwdir::Error::Io {
+            action: "open directory",
+            path: "/mnt/cephfs/data".into(),
+            source: io::Error::from_raw_os_error(errno as i32),
+        }
+    }
+
+    #[test]
+    fn an_evicted_or_dead_client_gets_advice_to_remount() {
+        let evicted = advice(&io_error(nix::errno::Errno::ESHUTDOWN)).unwrap_or_default();
+        assert!(evicted.contains("remount"), "{evicted}");
+        assert!(evicted.contains("evicted"), "{evicted}");
+        let dead = advice(&io_error(nix::errno::Errno::ENOTCONN)).unwrap_or_default();
+        assert!(dead.contains("fusermount -u"), "{dead}");
+        assert_eq!(advice(&io_error(nix::errno::Errno::ENOENT)), None);
+    }
 }
