@@ -442,7 +442,12 @@ mod worker {
                         0
                     }
                     Err(e) => {
-                        log.line(&format!("refused {} {:?} {e}", now_ns(), e.kind()));
+                        log.line(&format!(
+                            "refused {} {:?} {}",
+                            now_ns(),
+                            e.kind(),
+                            chain(&e)
+                        ));
                         0
                     }
                 }
@@ -1089,6 +1094,61 @@ fn stress(rig: &Rig, name: &str, a: &Path, b: &Path) {
         "both hosts must have been granted: {per_host:?}"
     );
     let _ = fs::remove_dir_all(&out);
+}
+
+/// `rwdir doctor` on this rig's filesystem, through host A's mount with host B's as the
+/// peer (issue #17): every filesystem of the rig (sshfs, CephFS, GlusterFS with default
+/// caching and tuned) is safe for rwdir with the default lease, so the verdict must be
+/// "safe" (exit 0), with exactly one winner in every `O_EXCL` and `link` race between
+/// the two clients. Its JSON is printed, for the record (docs/network-filesystems.md).
+#[test]
+#[ignore = "needs the multi-host rig: tests/netfs/run.sh cargo test --test netfs -- --ignored"]
+fn doctor_says_safe_with_a_peer_on_another_client() {
+    let rig = rig("doctor_says_safe_with_a_peer_on_another_client");
+    let name = "doctor";
+    let local = fresh(&rig, name);
+    let out = Command::new(bin::rwdir_bin())
+        .arg("doctor")
+        .arg(rig.a.join(name))
+        .arg("--peer-dir")
+        .arg(rig.b.join(name))
+        .arg("--json")
+        .output()
+        .expect("run rwdir doctor");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!(
+        "netfs doctor on {:?}: exit {:?}\n{stdout}{}",
+        rig.kind,
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("doctor's JSON");
+    let checks = report["checks"].as_array().expect("checks");
+    let status = |check: &str| {
+        checks
+            .iter()
+            .find(|c| c["name"] == check)
+            .map(|c| c["status"].as_str().unwrap_or("").to_string())
+            .unwrap_or_else(|| panic!("no check {check} in {stdout}"))
+    };
+    for check in [
+        "exclusive_create",
+        "link",
+        "race_exclusive_create",
+        "race_link",
+    ] {
+        assert_eq!(status(check), "ok", "{check}: {stdout}");
+    }
+    assert_eq!(report["verdict"], "safe", "{stdout}");
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    // Nothing left behind in the directory it was given.
+    let left: Vec<_> = fs::read_dir(rig.export.join(name))
+        .expect("list the test dir")
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "doctor left {left:?}");
+    let _ = fs::remove_dir_all(local);
 }
 
 #[test]

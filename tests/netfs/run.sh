@@ -19,7 +19,8 @@ teardown() { bash "$HERE/teardown.sh" || true; }
 trap teardown EXIT
 trap 'exit 130' INT TERM
 t0=$(date +%s.%N)
-eval "$(bash "$HERE/setup.sh" --netns)"
+vars=$(bash "$HERE/setup.sh" --netns)   # not inside eval: a failed setup must stop here
+eval "$vars"
 echo "netfs rig ready in $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s" >&2
 export NETFS_HOST_SH="$HERE/host.sh"
 "$@"
