@@ -207,15 +207,17 @@ pub(crate) fn report(err: &Error) {
 /// client, a partition longer than the session timeout, or `ceph tell mds.<id> client
 /// evict`), and it stays so until the filesystem is mounted again (measured on the
 /// CephFS rig, docs/notes/dfs-rig.md); `ENOTCONN` is a FUSE mount whose client process
-/// died.
-fn disconnected(source: &io::Error) -> Option<&'static str> {
+/// died, said only when opening DIR failed so: on CephFS, reading a lock file whose
+/// holder's client died before its data reached the servers can fail so too, through a
+/// client that is fine (measured on the DFS rig).
+fn disconnected(source: &io::Error, action: &str) -> Option<&'static str> {
     match nix::errno::Errno::from_raw(source.raw_os_error()?) {
         nix::errno::Errno::ESHUTDOWN => Some(
             "the filesystem's client has lost its session with the server (a CephFS \
              client evicted by the MDS answers so until remounted): remount the \
              filesystem that holds DIR (see docs/network-filesystems.md)",
         ),
-        nix::errno::Errno::ENOTCONN => Some(
+        nix::errno::Errno::ENOTCONN if action == "open directory" => Some(
             "the filesystem's client is gone (a FUSE client process that died leaves its \
              mount point so): unmount it (`fusermount -u`) and mount it again (see \
              docs/network-filesystems.md)",
@@ -227,8 +229,8 @@ fn disconnected(source: &io::Error) -> Option<&'static str> {
 /// What to do about a lock error, where the command can tell: for a refused permission,
 /// whom to ask for what (the library's error carries only the facts).
 fn advice(err: &rwdir::Error) -> Option<String> {
-    if let rwdir::Error::Io { source, .. } = err
-        && let Some(advice) = disconnected(source)
+    if let rwdir::Error::Io { source, action, .. } = err
+        && let Some(advice) = disconnected(source, action)
     {
         return Some(advice.to_string());
     }
@@ -338,5 +340,11 @@ mod tests {
         let dead = advice(&io_error(nix::errno::Errno::ENOTCONN)).unwrap_or_default();
         assert!(dead.contains("fusermount -u"), "{dead}");
         assert_eq!(advice(&io_error(nix::errno::Errno::ENOENT)), None);
+        let read = rwdir::Error::Io {
+            action: "inspect lock file",
+            path: "/mnt/cephfs/data/.rwdir/.master_lock".into(),
+            source: io::Error::from_raw_os_error(nix::errno::Errno::ENOTCONN as i32),
+        };
+        assert_eq!(advice(&read), None, "not about this client's mount");
     }
 }

@@ -22,6 +22,8 @@ use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
@@ -238,17 +240,23 @@ fn acquire(
     let wait = args.wait();
     // One attempt here first: it never sleeps, and a free lock (the common case) then
     // needs no thread.
-    let first = match mode {
-        Mode::Read => lock.try_read().map(Guard::Read),
-        Mode::Write => lock.try_write().map(Guard::Write),
-    };
-    match first {
-        Ok(guard) => return Ok(guard),
-        Err(e @ rwdir::Error::WouldBlock { .. }) if wait == Some(Duration::ZERO) => {
-            return Err(Error::Lock(e));
+    // On a shared filesystem even that attempt may block for a long time (CephFS: up to
+    // the MDS's session timeout behind a dead client), and the event loop below must
+    // forward signals and say what is going on meanwhile: it waits in the thread.
+    let fs = lock.filesystem().ok();
+    if wait == Some(Duration::ZERO) || !fs.as_ref().is_some_and(rwdir::Filesystem::is_shared) {
+        let first = match mode {
+            Mode::Read => lock.try_read().map(Guard::Read),
+            Mode::Write => lock.try_write().map(Guard::Write),
+        };
+        match first {
+            Ok(guard) => return Ok(guard),
+            Err(e @ rwdir::Error::WouldBlock { .. }) if wait == Some(Duration::ZERO) => {
+                return Err(Error::Lock(e));
+            }
+            Err(rwdir::Error::WouldBlock { .. }) => {}
+            Err(e) => return Err(Error::Lock(e)),
         }
-        Err(rwdir::Error::WouldBlock { .. }) => {}
-        Err(e) => return Err(Error::Lock(e)),
     }
     let (tx, rx) = crossbeam_channel::bounded(1);
     // The thread closes its end once the result is sent (or if it dies): the event loop
@@ -275,6 +283,8 @@ fn acquire(
             action: "start a thread",
             source: e,
         })?;
+    // Set once the wait is over, however it ends: the announcing thread says no more.
+    let waiting = Waiting(Arc::new(AtomicBool::new(true)));
     let mut announce = if args.quiet || wait.is_some_and(|w| w <= ANNOUNCE_AFTER) {
         None
     } else {
@@ -305,13 +315,89 @@ fn acquire(
                 });
             }
             Event::Timeout => {
-                say(&waiting_line(lock, mode, &args.dir));
+                match fs.as_ref() {
+                    Some(fs) if fs.is_shared() => {
+                        announce_waiting(lock, mode, &args.dir, fs, &waiting);
+                    }
+                    _ => say(&waiting_line(lock, mode, &args.dir)),
+                }
                 announce = None;
             }
             // (Not before COMMAND runs.)
             Event::CommandStopped => {}
         }
     }
+}
+
+/// Whether the wait for the lock goes on; cleared when the waiting function returns.
+struct Waiting(Arc<AtomicBool>);
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+}
+
+/// Says on standard error who holds the lock, on a shared filesystem from a thread of
+/// its own: on CephFS the `status` it reads blocks for up to a minute when a client that
+/// died or was cut off holds capabilities on the lock's files (measured,
+/// docs/notes/dfs-rig.md), and the event loop must go on forwarding signals meanwhile.
+/// On CephFS it then says, once the wait has lasted the lease, what may be holding it up
+/// and what to do.
+fn announce_waiting(
+    lock: &DirLock,
+    mode: Mode,
+    dir: &Path,
+    fs: &rwdir::Filesystem,
+    waiting: &Waiting,
+) {
+    let at = Instant::now()
+        .checked_sub(ANNOUNCE_AFTER)
+        .unwrap_or_else(Instant::now)
+        + lock.lease();
+    if fs.kind() == rwdir::FsKind::CephFs {
+        // A thread of its own: the one below may be blocked in `status` by then.
+        let waiting = Arc::clone(&waiting.0);
+        let lease = lock.lease();
+        let _ = std::thread::Builder::new()
+            .name("rwdir-ceph-notice".into())
+            .spawn(move || {
+                while waiting.load(Ordering::SeqCst) {
+                    let now = Instant::now();
+                    if now >= at {
+                        say(&ceph_line(lease));
+                        return;
+                    }
+                    std::thread::sleep((at - now).min(Duration::from_millis(250)));
+                }
+            });
+    }
+    let owned = lock.clone();
+    let shown = dir.to_path_buf();
+    let still = Arc::clone(&waiting.0);
+    let spawned = std::thread::Builder::new()
+        .name("rwdir-announce".into())
+        .spawn(move || {
+            let line = waiting_line(&owned, mode, &shown);
+            if still.load(Ordering::SeqCst) {
+                say(&line);
+            }
+        });
+    if spawned.is_err() {
+        // No thread to spare: say who holds it from here, as on a local filesystem.
+        say(&waiting_line(lock, mode, dir));
+    }
+}
+
+/// What may hold up a wait on CephFS longer than the lease, and what to do about it.
+fn ceph_line(lease: Duration) -> String {
+    format!(
+        "still waiting after the lease ({} s): on CephFS, a client that died or was cut off \
+         keeps the lock's files until the MDS drops its session (session_timeout, 60 s by \
+         default); `ceph tell mds.<id> session ls` finds it and `ceph tell mds.<id> client \
+         evict id=<n>` frees them at once (see docs/network-filesystems.md)",
+        lease.as_secs()
+    )
 }
 
 /// `waiting for write lock on `DIR`: held by reader pid 4242 on host a (12 s)`.
@@ -737,5 +823,16 @@ mod tests {
         assert_eq!(signal_status(Signal::SIGTERM), 143);
         assert_eq!(signal_status(Signal::SIGKILL), 137);
         assert_eq!(signal_status(Signal::SIGINT), 130);
+    }
+
+    #[test]
+    fn the_cephfs_notice_names_the_lease_the_session_timeout_and_eviction() {
+        let line = ceph_line(Duration::from_secs(45));
+        assert!(
+            line.starts_with("still waiting after the lease (45 s)"),
+            "{line}"
+        );
+        assert!(line.contains("session_timeout"), "{line}");
+        assert!(line.contains("client evict id=<n>"), "{line}");
     }
 }
