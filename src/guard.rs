@@ -158,7 +158,8 @@ impl Held {
         }
         let _ = self.why.set(format!(
             "no renewal of the lock file completed for {:.1} s (lease {} s): the filesystem \
-             did not answer in time; others may take the lock over",
+             did not answer in time, or this process was paused; others may take the lock \
+             over",
             age.as_secs_f64(),
             self.cfg.lease.as_secs_f64(),
         ));
@@ -319,8 +320,20 @@ impl Held {
         let ok = match self.sd.still_ours(&self.name, fd, self.nonce) {
             Ok(true) => {
                 let touched = StateDir::touch(fd);
-                renewed = touched.is_ok();
-                !matches!(touched, Err(Errno::EIO | Errno::ENOTCONN | Errno::ESTALE))
+                // On a shared filesystem the renewal counts once the server has it: a
+                // client that holds capabilities on the file (CephFS) sets the mtime in
+                // its own cache and answers at once, also while cut off from its server.
+                // `fsync` makes it send the change and wait for the answer; whatever it
+                // returns, it returned (a filesystem without fsync answers too).
+                let synced = match (&touched, self.watchdog) {
+                    (Ok(()), Some(_)) => !matches!(
+                        nix::unistd::fsync(fd),
+                        Err(Errno::EIO | Errno::ENOTCONN | Errno::ESTALE)
+                    ),
+                    _ => true,
+                };
+                renewed = touched.is_ok() && synced;
+                synced && !matches!(touched, Err(Errno::EIO | Errno::ENOTCONN | Errno::ESTALE))
                 // And look again after the touch: a process stopped between the first
                 // look and the touch (SIGSTOP, a VM pause) resumes right here, maybe long
                 // after its lease, and would otherwise learn of a loss one period later
