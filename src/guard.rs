@@ -2,7 +2,7 @@
 //! and notices when it is lost (docs/protocol.md §3.3, §3.8).
 
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -43,9 +43,38 @@ pub(crate) struct Held {
     /// check); `None` for a guard taken by a task (`DirLock::read_async`): tasks are not
     /// threads, and many tasks of one thread hold guards independently.
     mark: Option<owned::Mark>,
-    /// Set once the file is found gone or replaced (shared with `mark`).
+    /// Set once the file is found gone or replaced, or the watchdog ran out (shared
+    /// with `mark`). Never cleared: the heartbeat stops renewing a lost file.
     lost: Arc<AtomicBool>,
+    /// Why it was lost, if the loss has a reason of its own (the watchdog's).
+    why: OnceLock<String>,
+    /// The watchdog: when the last completed, successful renewal of the file started, on
+    /// [`clock`] (the grant counts as one). See [`Held::watchdog`].
+    renewed: AtomicU64,
+    /// How long the file may go without a completed renewal before it counts as lost:
+    /// `lease − lease/6` on a shared filesystem, `None` (no watchdog) on a local one.
+    watchdog: Option<Duration>,
     released: AtomicBool,
+}
+
+/// Now, in nanoseconds of `CLOCK_BOOTTIME`: monotonic, and counting the time the machine
+/// was suspended too (a suspended holder's file ages on the other hosts). Read through
+/// the vDSO: no filesystem, never blocks. `CLOCK_MONOTONIC` where it is missing.
+fn clock() -> u64 {
+    use nix::time::{ClockId, clock_gettime};
+    let ts =
+        clock_gettime(ClockId::CLOCK_BOOTTIME).or_else(|_| clock_gettime(ClockId::CLOCK_MONOTONIC));
+    ts.map_or(0, |ts| {
+        let secs = u64::try_from(ts.tv_sec()).unwrap_or(0);
+        let nanos = u64::try_from(ts.tv_nsec()).unwrap_or(0);
+        secs.saturating_mul(1_000_000_000).saturating_add(nanos)
+    })
+}
+
+/// [`clock`] at the [`Instant`] `at` (in the past).
+fn clock_at(at: Instant) -> u64 {
+    let ago = u64::try_from(at.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    clock().saturating_sub(ago)
 }
 
 impl Held {
@@ -57,6 +86,11 @@ impl Held {
             _ => Kind::Read,
         };
         let lost = Arc::new(AtomicBool::new(false));
+        // The grant is the first renewal: `touched` is when the last touch of the file
+        // (at the grant for a writer, at its creation or while waiting for a reader)
+        // started.
+        let renewed = AtomicU64::new(clock_at(*own.touched.lock()));
+        let watchdog = sd.is_remote().then(|| Held::watchdog(cfg.lease));
         let mark =
             by_thread.then(|| owned::Mark::new(&sd, kind, own.name, Arc::clone(&lost), own.pid));
         let held = Arc::new(Held {
@@ -71,6 +105,9 @@ impl Held {
             owner_pid: own.pid,
             mark,
             lost,
+            why: OnceLock::new(),
+            renewed,
+            watchdog,
             released: AtomicBool::new(false),
         });
         if held.cfg.heartbeat {
@@ -83,16 +120,74 @@ impl Held {
         self.sd.path_of(&self.name)
     }
 
-    /// Checks now that the file is still ours.
+    /// How long a lock file of `lease` may go without a completed renewal before it
+    /// counts as lost: `lease − lease/6`, half a heartbeat period (lease/3) before the
+    /// lease runs out.
+    ///
+    /// Another host judges the file dead once its own clock is more than `lease` past the
+    /// file's mtime (docs/protocol.md §2.2), and that mtime was set during the renewal
+    /// whose start the watchdog records: so no judge can find the file dead sooner than
+    /// `lease` after that start, less the mtime's resolution (1 s on sshfs and some NFS
+    /// servers) and the clock skew between the hosts. The lease/6 margin covers both
+    /// (with the default 45 s lease: 7.5 s, so up to 6.5 s of skew), and leaves the
+    /// holder's heartbeat, which renews every lease/3, one and a half periods of slack
+    /// before a late beat counts as a loss (a healthy renewal takes milliseconds).
+    ///
+    /// Only on shared filesystems. On a local one, holders of this host and pid namespace
+    /// are judged by pid, so a late renewal (`rwdir write` stopped with ^Z, a suspended
+    /// laptop, a machine swapping) takes nothing from them, and calls do not block on a
+    /// network: a holder in another pid namespace judges by lease, but a take-over it
+    /// makes is found by the next beat, which runs as soon as the holder does.
+    fn watchdog(lease: Duration) -> Duration {
+        lease.saturating_sub(lease / 6)
+    }
+
+    /// Whether the lock counts as lost, now: found lost, or the watchdog ran out (which
+    /// is then recorded, for good). Reads the clock only: no system call on the file.
+    pub(crate) fn is_lost(&self) -> bool {
+        if self.lost.load(Ordering::Acquire) {
+            return true;
+        }
+        let Some(limit) = self.watchdog else {
+            return false;
+        };
+        let age =
+            Duration::from_nanos(clock().saturating_sub(self.renewed.load(Ordering::Acquire)));
+        if age <= limit {
+            return false;
+        }
+        let _ = self.why.set(format!(
+            "no renewal of the lock file completed for {:.1} s (lease {} s): the filesystem \
+             did not answer in time, or this process was paused; others may take the lock \
+             over",
+            age.as_secs_f64(),
+            self.cfg.lease.as_secs_f64(),
+        ));
+        self.lost.store(true, Ordering::Release);
+        true
+    }
+
+    /// The error for a lock found lost earlier.
+    fn lost_before(&self) -> Error {
+        match self.why.get() {
+            Some(why) => self.lost_error(why),
+            None => self.lost_error("the heartbeat found the lock file gone or replaced"),
+        }
+    }
+
+    /// Checks now that the file is still ours. A lock already lost (the watchdog
+    /// included) is reported before any system call.
     pub(crate) fn check(&self) -> Result<()> {
-        if self.lost.load(Ordering::Relaxed) {
-            return Err(self.lost_error("the heartbeat found the lock file gone or replaced"));
+        if self.is_lost() {
+            return Err(self.lost_before());
         }
         let fd = self.fd.lock();
         let Some(fd) = fd.as_ref() else {
             return Err(self.lost_error("the lock was already released"));
         };
         match self.sd.still_ours(&self.name, fd, self.nonce) {
+            // Whatever a call that blocked past the watchdog returns, the lock is lost.
+            Ok(true) if self.is_lost() => Err(self.lost_before()),
             Ok(true) => Ok(()),
             Ok(false) => {
                 self.lost.store(true, Ordering::Relaxed);
@@ -150,7 +245,7 @@ impl Held {
 
     /// R5 / W8 proper: removes the lock file itself.
     fn release_file(&self) -> Result<()> {
-        if !self.lost.load(Ordering::Relaxed) {
+        if !self.is_lost() {
             let fd = self.fd.lock().take();
             if let Some(fd) = fd {
                 if let Some(released) = self.sd.release_local(&self.name, &fd, self.id) {
@@ -167,9 +262,14 @@ impl Held {
                 *self.fd.lock() = Some(fd);
             }
         }
+        // Lost by the watchdog only: the file may well still be ours (nobody found it
+        // gone), and left behind it would hold up this host's waiters for as long as this
+        // process lives. It is removed as at any release, and the loss still reported.
+        let overdue = self.why.get().is_some();
         // W8: `.master_lock` is a reused name: remove it only if it is still ours. A
         // reader's name is unique (R5): if it is there, it is ours.
         let ours = match self.name {
+            LockName::Master if overdue => self.still_ours(),
             LockName::Master => self.check(),
             _ => Ok(()),
         };
@@ -177,15 +277,34 @@ impl Held {
         drop(self.fd.lock().take());
         drop(std::mem::take(&mut *self.spent.lock()));
         ours?;
-        if self.sd.unlink(&self.name)? {
-            Ok(())
-        } else {
-            Err(self.lost_error("the lock file was removed by someone else"))
+        match self.sd.unlink(&self.name)? {
+            _ if overdue => Err(self.lost_before()),
+            true => Ok(()),
+            false => Err(self.lost_error("the lock file was removed by someone else")),
+        }
+    }
+
+    /// Whether the file is still ours, asked of the filesystem whatever the watchdog
+    /// says (the release of a lock the watchdog found lost).
+    fn still_ours(&self) -> Result<()> {
+        let fd = self.fd.lock();
+        let Some(fd) = fd.as_ref() else {
+            return Err(self.lost_error("the lock was already released"));
+        };
+        match self.sd.still_ours(&self.name, fd, self.nonce) {
+            Ok(true) => Ok(()),
+            Ok(false) => {
+                Err(self.lost_error("the lock file was removed or replaced by someone else"))
+            }
+            Err(e) => Err(Error::LockLost {
+                path: self.path(),
+                reason: e.to_string(),
+            }),
         }
     }
 
     fn heartbeat(&self) {
-        if self.released.load(Ordering::Relaxed) || self.lost.load(Ordering::Relaxed) {
+        if self.released.load(Ordering::Relaxed) || self.is_lost() {
             return;
         }
         let guard = self.fd.lock();
@@ -195,12 +314,26 @@ impl Held {
         if let Some((_, q)) = self.queue.lock().as_ref() {
             let _ = StateDir::touch(q);
         }
+        // The watchdog's renewal: the file's new mtime is set after this.
+        let start = clock();
+        let mut renewed = false;
         let ok = match self.sd.still_ours(&self.name, fd, self.nonce) {
             Ok(true) => {
-                !matches!(
-                    StateDir::touch(fd),
-                    Err(Errno::EIO | Errno::ENOTCONN | Errno::ESTALE)
-                )
+                let touched = StateDir::touch(fd);
+                // On a shared filesystem the renewal counts once the server has it: a
+                // client that holds capabilities on the file (CephFS) sets the mtime in
+                // its own cache and answers at once, also while cut off from its server.
+                // `fsync` makes it send the change and wait for the answer; whatever it
+                // returns, it returned (a filesystem without fsync answers too).
+                let synced = match (&touched, self.watchdog) {
+                    (Ok(()), Some(_)) => !matches!(
+                        nix::unistd::fsync(fd),
+                        Err(Errno::EIO | Errno::ENOTCONN | Errno::ESTALE)
+                    ),
+                    _ => true,
+                };
+                renewed = touched.is_ok() && synced;
+                synced && !matches!(touched, Err(Errno::EIO | Errno::ENOTCONN | Errno::ESTALE))
                 // And look again after the touch: a process stopped between the first
                 // look and the touch (SIGSTOP, a VM pause) resumes right here, maybe long
                 // after its lease, and would otherwise learn of a loss one period later
@@ -211,7 +344,11 @@ impl Held {
             Ok(false) | Err(_) => false,
         };
         if !ok {
-            self.lost.store(true, Ordering::Relaxed);
+            self.lost.store(true, Ordering::Release);
+        } else if renewed && !self.is_lost() {
+            // Completed before the watchdog ran out (a beat that completes after it
+            // renews nothing: the lock stays lost).
+            self.renewed.fetch_max(start, Ordering::AcqRel);
         }
     }
 
@@ -223,7 +360,7 @@ impl Held {
     /// the loss it may have found, reported as [`Held::check`] reports it.
     pub(crate) fn refresh(&self) -> Result<()> {
         self.heartbeat();
-        if self.lost.load(Ordering::Relaxed) || self.released.load(Ordering::Relaxed) {
+        if self.is_lost() || self.released.load(Ordering::Relaxed) {
             return self.check();
         }
         Ok(())
@@ -247,7 +384,9 @@ macro_rules! guard_methods {
                 "# Errors\n\n",
                 "[`Error::LockLost`] if ", $file, " is no longer ours (removed or replaced ",
                 "by someone else while held: a `cleanup --all`, or a lease judged elsewhere ",
-                "while this process was paused; then nothing is removed), and [`Error::Io`] ",
+                "while this process was paused; then nothing is removed), or if the ",
+                "watchdog found the lock lost (see [`", stringify!($guard), "::is_lost`]; ",
+                "the file is then removed if it is still ours), and [`Error::Io`] ",
                 "if removing it failed.\n\n",
                 "# Examples\n\n",
                 "```\n",
@@ -267,6 +406,11 @@ macro_rules! guard_methods {
 
             #[doc = concat!(
                 "Checks, now, that the lock is still held: ", $file, " exists and is ours.\n\n",
+                "A lock already known to be lost, by the heartbeat or by the watchdog (see ",
+                "[`", stringify!($guard), "::is_lost`]), is reported at once, before any ",
+                "system call: a check never blocks on a filesystem that stopped answering ",
+                "once the watchdog has run out. A check whose system calls return only after ",
+                "the watchdog ran out reports the loss too, whatever they found.\n\n",
                 "# Errors\n\n",
                 "[`Error::LockLost`] if it is not.\n\n",
                 "# Examples\n\n",
@@ -294,8 +438,9 @@ macro_rules! guard_methods {
                 "background heartbeat on, it is never needed.\n\n",
                 "# Errors\n\n",
                 "[`Error::LockLost`], as [`", stringify!($guard), "::check`], if the file is ",
-                "gone, was replaced, or its filesystem went away; the guard then counts as ",
-                "lost ([`", stringify!($guard), "::is_lost`]).\n\n",
+                "gone, was replaced, or its filesystem went away, or if the watchdog ran out ",
+                "(reported before any system call, see [`", stringify!($guard), "::is_lost`]); ",
+                "the guard then counts as lost ([`", stringify!($guard), "::is_lost`]).\n\n",
                 "# Examples\n\n",
                 "```\n",
                 "let dir = tempfile::tempdir().expect(\"a temporary directory\");\n",
@@ -315,9 +460,22 @@ macro_rules! guard_methods {
             }
 
             #[doc = concat!(
-                "Whether the background heartbeat (or a [`", stringify!($guard),
-                "::refresh`] or [`", stringify!($guard), "::check`]) has found the lock ",
-                "lost. Cheap: no system call.\n\n",
+                "Whether the lock is lost: the background heartbeat (or a [`", stringify!($guard),
+                "::refresh`] or [`", stringify!($guard), "::check`]) found ", $file, " gone ",
+                "or replaced, or the **watchdog** ran out. Cheap: it reads the clock, and ",
+                "makes no system call on the file, so it answers even while the ",
+                "filesystem does not.\n\n",
+                "The watchdog (shared filesystems only): a lock whose last completed, ",
+                "successful renewal (the grant, a heartbeat, a [`", stringify!($guard),
+                "::refresh`]) started more than lease − lease/6 ago counts as lost, whatever ",
+                "a renewal still blocked in the filesystem later returns: other hosts may ",
+                "judge it expired from then on (a network filesystem cut off from its server ",
+                "can block the heartbeat's calls with no timeout; CephFS does). Half a ",
+                "heartbeat period before the lease runs out covers the mtime's resolution ",
+                "(1 s) and clock skew up to lease/6 − 1 s. The clock is `CLOCK_BOOTTIME`, so ",
+                "a suspended machine's locks are lost on resume. On a local filesystem, where ",
+                "holders of this host are judged by pid, there is no watchdog.\n\n",
+                "Once lost, a lock stays lost: the heartbeat stops renewing it.\n\n",
                 "# Examples\n\n",
                 "```\n",
                 "let dir = tempfile::tempdir()?;\n",
@@ -328,7 +486,7 @@ macro_rules! guard_methods {
                 "```"
             )]
             pub fn is_lost(&self) -> bool {
-                self.held.lost.load(Ordering::Relaxed)
+                self.held.is_lost()
             }
 
             #[doc = concat!(
@@ -471,6 +629,8 @@ impl WriteGuard {
             uuid: Uuid::new_v4(),
         };
         let record = protocol::record(&held.cfg, Kind::Read);
+        // The watchdog of the reader's file starts before it exists.
+        let started = Instant::now();
         let created = held.sd.put(&name, &record)?;
         let Some(created) = created else {
             return Err(Error::LockLost {
@@ -485,7 +645,7 @@ impl WriteGuard {
             spent: Vec::new(),
             queue: None,
             pid: record.pid,
-            touched: parking_lot::Mutex::new(Instant::now()),
+            touched: parking_lot::Mutex::new(started),
         };
         let reader = ReadGuard {
             held: Held::new(

@@ -107,7 +107,11 @@
 //! `.master_lock` before it enters and reports [`Error::LockLost`] instead; a holder's
 //! heartbeat notices the loss ([`WriteGuard::is_lost`], [`WriteGuard::check`]). Until it
 //! runs again, two writers may work at once: only the fencing token protects a resource
-//! that rejects stale tokens.
+//! that rejects stale tokens. A holder whose filesystem stops answering (a client cut off
+//! from its server can block calls with no timeout) is told by a watchdog instead: once
+//! no renewal has completed for lease − lease/6, [`WriteGuard::is_lost`] says so without
+//! a system call, and [`WriteGuard::check`] and [`WriteGuard::refresh`] report
+//! [`Error::LockLost`] before making one.
 //!
 //! Object-store FUSE mounts (s3fs, gcsfuse, goofys, mountpoint-s3, rclone, blobfuse),
 //! where exclusive creation is not exclusive, are refused with

@@ -74,20 +74,7 @@ fn main() {
 /// Why no FUSE filesystem can be mounted here, if it cannot (the tests then report as
 /// ignored with this reason).
 fn fuse_unavailable() -> Option<String> {
-    if !Path::new("/dev/fuse").exists() {
-        return Some("no /dev/fuse".into());
-    }
-    if !nix::unistd::geteuid().is_root() {
-        return Some("FUSE mounts need root here (no fusermount)".into());
-    }
-    let dir = tempfile::tempdir().ok()?;
-    match lyingfs::mount(dir.path(), "rwdirprobe", false) {
-        Ok(session) => {
-            drop(session);
-            None
-        }
-        Err(e) => Some(format!("cannot mount FUSE: {e}")),
-    }
+    lyingfs::unavailable()
 }
 
 fn rwdir(args: &[&str]) -> Output {

@@ -44,7 +44,8 @@ pub(crate) struct Own {
     pub(crate) queue: Option<(LockName, OwnedFd)>,
     /// The process that made the file (in its record); a forked child never releases it.
     pub(crate) pid: u32,
-    /// When the file's mtime was last set: at its creation, or by [`Own::keep_fresh`].
+    /// When the last setting of the file's mtime started: its creation, or a touch
+    /// ([`Own::keep_fresh`], the grant's). The guard's watchdog starts from it.
     /// A mutex, not a `Cell`: an async acquisition holds `&Own` across its waits, so
     /// `Own` must be `Sync` for the future to be `Send`.
     pub(crate) touched: parking_lot::Mutex<Instant>,
@@ -65,8 +66,9 @@ impl Own {
 
     /// Sets the file's mtime to now, through our own descriptor.
     fn touch(&self) {
+        let started = Instant::now();
         let _ = StateDir::touch(&self.created.fd);
-        *self.touched.lock() = Instant::now();
+        *self.touched.lock() = started;
     }
 
     /// When [`Own::keep_fresh`] must run next.
@@ -434,6 +436,10 @@ impl<'a> Attempt<'a> {
             Some(written) => written.clone(),
             None => self.record(kind),
         };
+        // The file's mtime is no older than this: set while it is made, or (a spare's)
+        // up to SPARE_FRESH before.
+        let now = Instant::now();
+        let started = now.checked_sub(SPARE_FRESH).unwrap_or(now);
         Ok(self.sd.put_with(&name, &holder, spare)?.map(|created| Own {
             name,
             created,
@@ -441,7 +447,7 @@ impl<'a> Attempt<'a> {
             spent: Vec::new(),
             queue: None,
             pid: holder.pid,
-            touched: parking_lot::Mutex::new(Instant::now()),
+            touched: parking_lot::Mutex::new(started),
         }))
     }
 }

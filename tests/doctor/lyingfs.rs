@@ -4,11 +4,17 @@
 //! was created (eventual consistency), and a create or a link onto a name that exists
 //! replaces what is there instead of failing with `EEXIST`. So `O_CREAT|O_EXCL` on an
 //! existing name succeeds, which is what `rwdir doctor` must catch.
+//!
+//! It can also be frozen ([`Freeze`]), as a network filesystem cut off from its server
+//! is: every call on it then blocks until it is thawed (tests/watchdog.rs).
+
+// Shared by two test crates (tests/doctor.rs, tests/watchdog.rs), each using a part.
+#![allow(dead_code)]
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{OsStr, OsString};
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use fuser::{
@@ -42,6 +48,135 @@ struct Inner {
 pub struct LyingFs {
     inner: Mutex<Inner>,
     lie: bool,
+    freeze: Arc<Freeze>,
+    /// Answer FLUSH with ENOSYS, after which the kernel sends none on this mount (as for
+    /// a filesystem that has no flush). A process exiting closes its descriptors after
+    /// its signals are dealt with, so a FLUSH queued on a frozen mount would keep it
+    /// from exiting (the real clients it stands for may answer a FLUSH of an unwritten
+    /// file without their server, or may not).
+    no_flush: bool,
+}
+
+/// The name in the root whose lookup plugs a frozen filesystem.
+pub const PLUG: &str = ".rwdir-test-freeze-plug";
+
+/// The freeze switch of a mounted [`LyingFs`], held by the test outside the mount.
+///
+/// The filesystem serves requests on one thread (fuser's default). [`Freeze::freeze`]
+/// makes a thread of the test look up [`PLUG`], and the filesystem's thread blocks in
+/// that lookup until [`Freeze::thaw`]: from then on the kernel queues every other
+/// request on the mount and answers none, as a FUSE client cut off from its server
+/// does. Requests that wait in the queue, unread, can still be killed: a process
+/// blocked on the frozen mount can exit.
+#[derive(Debug, Default)]
+pub struct Freeze {
+    state: Mutex<FreezeState>,
+    changed: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct FreezeState {
+    /// Frozen (or about to be: the plug is on its way).
+    armed: bool,
+    /// The filesystem's thread is blocked on the plug.
+    holding: bool,
+}
+
+/// A frozen filesystem; thawed when dropped (also on a failed test's way out, or the
+/// unmount would wait for ever).
+#[derive(Debug)]
+pub struct Frozen {
+    freeze: Arc<Freeze>,
+    plug: Option<std::thread::JoinHandle<()>>,
+    /// When the filesystem stopped answering.
+    pub since: Instant,
+}
+
+impl Freeze {
+    fn state(&self) -> std::sync::MutexGuard<'_, FreezeState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Freezes the filesystem mounted at `mount`; returns once its thread is blocked
+    /// (readiness from the filesystem itself, not a guess).
+    ///
+    /// # Panics
+    ///
+    /// If the plug's lookup does not reach the filesystem within 10 s.
+    pub fn freeze(self: &Arc<Self>, mount: &Path) -> Frozen {
+        self.state().armed = true;
+        let plug_path = mount.join(PLUG);
+        let plug = std::thread::Builder::new()
+            .name("freeze-plug".into())
+            .spawn(move || {
+                let _ = std::fs::symlink_metadata(plug_path);
+            })
+            .expect("start the plug thread");
+        let mut frozen = Frozen {
+            freeze: Arc::clone(self),
+            plug: Some(plug),
+            since: Instant::now(),
+        };
+        let (state, timeout) = self
+            .changed
+            .wait_timeout_while(self.state(), Duration::from_secs(10), |s| !s.holding)
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        assert!(
+            !timeout.timed_out() && state.holding,
+            "the filesystem did not take the plug"
+        );
+        drop(state);
+        frozen.since = Instant::now();
+        frozen
+    }
+
+    /// Lets the filesystem answer again.
+    fn thaw(&self) {
+        self.state().armed = false;
+        self.changed.notify_all();
+    }
+
+    /// The plug's lookup: blocks the filesystem's thread while frozen.
+    fn hold(&self) {
+        let mut state = self.state();
+        if !state.armed {
+            return;
+        }
+        state.holding = true;
+        self.changed.notify_all();
+        let mut state = self
+            .changed
+            .wait_while(state, |s| s.armed)
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        state.holding = false;
+    }
+}
+
+impl Frozen {
+    /// Whether the filesystem is still frozen: its thread blocked on the plug.
+    pub fn is_frozen(&self) -> bool {
+        self.freeze.state().holding && self.plug.as_ref().is_some_and(|p| !p.is_finished())
+    }
+
+    /// Thaws the filesystem and waits for the plug's lookup to return.
+    pub fn thaw(mut self) {
+        self.thaw_now();
+    }
+
+    fn thaw_now(&mut self) {
+        self.freeze.thaw();
+        if let Some(plug) = self.plug.take() {
+            let _ = plug.join();
+        }
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        self.thaw_now();
+    }
 }
 
 const TTL: Duration = Duration::ZERO;
@@ -63,6 +198,8 @@ impl LyingFs {
                 next: 2,
             }),
             lie,
+            freeze: Arc::default(),
+            no_flush: false,
         }
     }
 
@@ -129,6 +266,10 @@ impl Inner {
 
 impl Filesystem for LyingFs {
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        if parent.0 == 1 && name == PLUG {
+            self.freeze.hold();
+            return reply.error(Errno::ENOENT);
+        }
         let inner = self.inner();
         match inner.child(parent, name) {
             Ok(Some(ino)) => {
@@ -401,7 +542,11 @@ impl Filesystem for LyingFs {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        reply.ok();
+        if self.no_flush {
+            reply.error(Errno::ENOSYS);
+        } else {
+            reply.ok();
+        }
     }
 
     fn fsync(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _d: bool, reply: ReplyEmpty) {
@@ -443,6 +588,41 @@ impl Filesystem for LyingFs {
 /// Mounts a fresh filesystem at `at` under the source name `name` (mountinfo shows type
 /// `fuse` and source `name`, as for `-o fsname=NAME`); unmounted when the session drops.
 pub fn mount(at: &Path, name: &str, lie: bool) -> std::io::Result<fuser::BackgroundSession> {
+    mount_fs(at, name, LyingFs::new(lie))
+}
+
+/// Mounts a fresh honest filesystem at `at`, as [`mount`], with its freeze switch (and
+/// no FLUSH: see `LyingFs::no_flush`).
+pub fn mount_freezable(
+    at: &Path,
+    name: &str,
+) -> std::io::Result<(fuser::BackgroundSession, Arc<Freeze>)> {
+    let mut fs = LyingFs::new(false);
+    fs.no_flush = true;
+    let freeze = Arc::clone(&fs.freeze);
+    Ok((mount_fs(at, name, fs)?, freeze))
+}
+
+/// Why no FUSE filesystem can be mounted here, if it cannot (the tests then report as
+/// ignored with this reason).
+pub fn unavailable() -> Option<String> {
+    if !Path::new("/dev/fuse").exists() {
+        return Some("no /dev/fuse".into());
+    }
+    if !nix::unistd::geteuid().is_root() {
+        return Some("FUSE mounts need root here (no fusermount)".into());
+    }
+    let dir = tempfile::tempdir().ok()?;
+    match mount(dir.path(), "rwdirprobe", false) {
+        Ok(session) => {
+            drop(session);
+            None
+        }
+        Err(e) => Some(format!("cannot mount FUSE: {e}")),
+    }
+}
+
+fn mount_fs(at: &Path, name: &str, fs: LyingFs) -> std::io::Result<fuser::BackgroundSession> {
     let mut cfg = fuser::Config::default();
     cfg.mount_options = vec![
         MountOption::FSName(name.to_string()),
@@ -451,5 +631,5 @@ pub fn mount(at: &Path, name: &str, lie: bool) -> std::io::Result<fuser::Backgro
         MountOption::DefaultPermissions,
     ];
     cfg.acl = fuser::SessionACL::All;
-    fuser::spawn_mount(LyingFs::new(lie), at, &cfg)
+    fuser::spawn_mount(fs, at, &cfg)
 }

@@ -8,12 +8,22 @@
 //! from a `signalfd`. The main thread (the child's parent-death thread) then runs one
 //! event loop, [`Events`]: `poll` on the signalfd with a timeout. SIGCHLD makes it reap
 //! the child with `waitpid(WNOHANG | WUNTRACED)`; a forwarded signal goes to COMMAND's
-//! group; the timeouts refresh the lock file every lease/3 and check the lock every
-//! [`CHECK_EVERY`] (the library's heartbeat thread is off:
-//! `Builder::background_heartbeat(false)`).
+//! group.
+//!
+//! While COMMAND runs, a second thread, [`watch`], refreshes the lock file every lease/3
+//! and checks the lock every [`CHECK_EVERY`] (the library's heartbeat thread is off:
+//! `Builder::background_heartbeat(false)`), and closes a pipe that the event loop polls
+//! once it finds the lock lost. The event loop itself makes no system call on the lock's
+//! files: every [`CHECK_EVERY`] it asks the guard's watchdog (`is_lost`, which reads only
+//! the clock). So when the filesystem stops answering (a network filesystem cut off from
+//! its server blocks calls with no timeout), the watch thread blocks, but the event loop
+//! still sends COMMAND SIGTERM once the watchdog runs out, and rwdir exits 74 without
+//! waiting for the filesystem (the guard is released on a thread of its own, for at most
+//! [`RELEASE_WITHIN`]).
 //!
 //! Only when the first attempt finds the lock busy does a second thread take it (waiting
-//! costs far more than a thread). It sends its result on a channel and then closes a
+//! costs far more than a thread); on a shared filesystem, where even the first attempt
+//! may block for long (CephFS), the thread makes it too. It sends its result on a channel and then closes a
 //! pipe that the event loop polls too, so the main thread keeps reacting to signals, to
 //! the child's death and to the one-second "waiting" notice meanwhile.
 
@@ -53,6 +63,9 @@ const ANNOUNCE_AFTER: Duration = Duration::from_secs(1);
 const FORWARDED: [Signal; 3] = [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP];
 /// How long rwdir waits for a child it killed (or whose exec failed) to be gone.
 const REAP_WITHIN: Duration = Duration::from_secs(1);
+/// How long rwdir waits for a lost lock's release (which removes nothing of
+/// `.master_lock`, but closes files and removes a queue file) before it exits anyway.
+const RELEASE_WITHIN: Duration = Duration::from_secs(2);
 
 /// Which lock COMMAND runs under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,6 +118,14 @@ impl Guard {
         match self {
             Guard::Read(g) => g.refresh(),
             Guard::Write(g) => g.refresh(),
+        }
+    }
+
+    /// The watchdog's verdict, or a loss found earlier: no system call on the files.
+    fn is_lost(&self) -> bool {
+        match self {
+            Guard::Read(g) => g.is_lost(),
+            Guard::Write(g) => g.is_lost(),
         }
     }
 
@@ -164,6 +185,17 @@ pub(crate) fn run(mode: Mode, args: &LockArgs, lease: Option<Duration>) -> Resul
         }
     };
 
+    // The lock's watch thread, before COMMAND runs.
+    let guard = Arc::new(guard);
+    let mut watch = match Watch::start(&guard, lock.lease()) {
+        Ok(watch) => watch,
+        Err(e) => {
+            child.abort();
+            events.wait_exit(REAP_WITHIN);
+            return Err(e);
+        }
+    };
+
     // Hand the terminal to COMMAND's group (as a shell does), then let it go.
     let terminal = Terminal::hand_over(pgid);
     let started = child.go(guard.token());
@@ -182,7 +214,7 @@ pub(crate) fn run(mode: Mode, args: &LockArgs, lease: Option<Duration>) -> Resul
     if let Err(e) = started {
         terminal.take_back();
         events.wait_exit(REAP_WITHIN);
-        let _ = guard.release();
+        let _ = watch.stop(guard).map(Guard::release);
         return Err(e);
     }
 
@@ -190,13 +222,13 @@ pub(crate) fn run(mode: Mode, args: &LockArgs, lease: Option<Duration>) -> Resul
         pgid,
         reaper.is_some(),
         &guard,
-        lock.lease(),
+        &mut watch,
         &terminal,
         &mut events,
     );
     terminal.take_back();
     match outcome {
-        Ok(status) => match guard.release() {
+        Ok(status) => match watch.stop(guard).map_or(Ok(()), Guard::release) {
             Ok(()) => Ok(ExitCode::from(status)),
             Err(e @ rwdir::Error::LockLost { .. }) => {
                 // Lost between the last check and COMMAND's exit.
@@ -211,8 +243,112 @@ pub(crate) fn run(mode: Mode, args: &LockArgs, lease: Option<Duration>) -> Resul
             }
         },
         Err(lost) => {
-            drop(guard);
+            watch.abandon(guard);
             Err(lost)
+        }
+    }
+}
+
+/// The thread that refreshes the lock file every lease/3 and checks the lock every
+/// [`CHECK_EVERY`] while COMMAND runs: its system calls may block (a filesystem that
+/// stopped answering), the event loop's must not.
+#[derive(Debug)]
+struct Watch {
+    /// Dropped to stop the thread.
+    stop: Option<crossbeam_channel::Sender<()>>,
+    /// The read end of a pipe the thread closes once it found the lock lost (or died);
+    /// polled by the event loop until then.
+    done: Option<OwnedFd>,
+    /// The loss it found.
+    found: Receiver<rwdir::Error>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Watch {
+    fn start(guard: &Arc<Guard>, lease: Duration) -> Result<Watch, Error> {
+        let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
+        let (tx, found) = crossbeam_channel::bounded(1);
+        let (done_r, done_w) =
+            nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| Error::sys("create a pipe", e))?;
+        let guard = Arc::clone(guard);
+        let thread = std::thread::Builder::new()
+            .name("rwdir-watch".into())
+            .spawn(move || {
+                if let Err(e) = watch(&guard, lease, &stopped) {
+                    let _ = tx.send(e);
+                }
+                drop(done_w);
+            })
+            .map_err(|e| Error::Sys {
+                action: "start a thread",
+                source: e,
+            })?;
+        Ok(Watch {
+            stop: Some(stop),
+            done: Some(done_r),
+            found,
+            thread: Some(thread),
+        })
+    }
+
+    /// The loss the thread found, if it reported one.
+    fn found(&self) -> Option<rwdir::Error> {
+        self.found.try_recv().ok()
+    }
+
+    /// Stops the thread and waits for it (a refresh in progress ends first), then gives
+    /// the guard back for its release.
+    fn stop(&mut self, guard: Arc<Guard>) -> Option<Guard> {
+        self.stop = None;
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        Arc::into_inner(guard)
+    }
+
+    /// The lock is lost: stops the thread without waiting for it (it may be blocked in
+    /// the filesystem), and releases the guard on a thread of its own, waiting for that
+    /// at most [`RELEASE_WITHIN`]. A lost guard removes nothing of `.master_lock`, but
+    /// closing its files and removing a queue file are calls that may block too; exiting
+    /// ends them.
+    fn abandon(&mut self, guard: Arc<Guard>) {
+        self.stop = None;
+        let (tx, rx) = crossbeam_channel::bounded::<()>(1);
+        let released = std::thread::Builder::new()
+            .name("rwdir-release".into())
+            .spawn(move || {
+                drop(guard);
+                let _ = tx.send(());
+            });
+        if released.is_ok() {
+            let _ = rx.recv_timeout(RELEASE_WITHIN);
+        }
+    }
+}
+
+/// The watch thread's loop: returns the loss a refresh or a check found, or `Ok` once
+/// `stopped` is dropped.
+fn watch(guard: &Guard, lease: Duration, stopped: &Receiver<()>) -> rwdir::Result<()> {
+    // The library's heartbeat period; never a busy loop, even for a tiny lease.
+    let refresh_every = (lease / 3).max(Duration::from_millis(10));
+    let start = Instant::now();
+    let mut next_check = start + CHECK_EVERY;
+    // `None`: a lease too long to represent, no refresh is ever due.
+    let mut next_refresh = start.checked_add(refresh_every);
+    loop {
+        let until = next_refresh.map_or(next_check, |r| r.min(next_check));
+        match stopped.recv_deadline(until) {
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+            Ok(()) | Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return Ok(()),
+        }
+        let now = Instant::now();
+        if next_refresh.is_some_and(|t| now >= t) {
+            next_refresh = now.checked_add(refresh_every);
+            guard.refresh()?;
+        }
+        if now >= next_check {
+            next_check = now + CHECK_EVERY;
+            guard.check()?;
         }
     }
 }
@@ -418,29 +554,24 @@ fn waiting_line(lock: &DirLock, mode: Mode, dir: &Path) -> String {
     )
 }
 
-/// Waits for COMMAND while forwarding signals, refreshing the lock file every lease/3
-/// and checking the lock every [`CHECK_EVERY`]. With a reaper (`reaped`), waits for the
-/// reaper, which exits once the whole job has, as COMMAND did. Returns COMMAND's exit
-/// status, or [`Error::Lost`] if a refresh or a check found the lock lost.
+/// Waits for COMMAND while forwarding signals, and while [`Watch`] refreshes and checks
+/// the lock. Every [`CHECK_EVERY`] it asks the guard's watchdog, which makes no system
+/// call. With a reaper (`reaped`), waits for the reaper, which exits once the whole job
+/// has, as COMMAND did. Returns COMMAND's exit status, or [`Error::Lost`] if the watch
+/// thread or the watchdog found the lock lost.
 fn supervise(
     pgid: Pid,
     reaped: bool,
     guard: &Guard,
-    lease: Duration,
+    watch: &mut Watch,
     terminal: &Terminal,
     events: &mut Events,
 ) -> Result<u8, Error> {
-    // The library's heartbeat period; never a busy loop, even for a tiny lease.
-    let refresh_every = (lease / 3).max(Duration::from_millis(10));
-    let start = Instant::now();
-    let mut next_check = start + CHECK_EVERY;
-    // `None`: a lease too long to represent, no refresh is ever due.
-    let mut next_refresh = start.checked_add(refresh_every);
+    let mut next_check = Instant::now() + CHECK_EVERY;
     let mut lost: Option<(rwdir::Error, Instant)> = None;
     let mut killed = false;
     let status = loop {
-        let until = next_refresh.map_or(next_check, |r| r.min(next_check));
-        match events.next(Some(until), None)? {
+        match events.next(Some(next_check), watch.done.as_ref())? {
             Event::Child(Ok(WaitStatus::Exited(_, code))) => {
                 break u8::try_from(code & 0xff).unwrap_or(code::FAILURE);
             }
@@ -453,38 +584,41 @@ fn supervise(
             Event::Child(Ok(WaitStatus::Stopped(..))) | Event::CommandStopped => {
                 terminal.follow_stop(pgid);
             }
-            Event::Child(Ok(_)) | Event::Done => {}
+            Event::Child(Ok(_)) => {}
             Event::Child(Err(e)) => return Err(Error::sys("wait for COMMAND", e)),
             Event::Signal(sig) => signal_group(pgid, sig),
+            Event::Done => {
+                // The watch thread is done: it found the lock lost (or died; then the
+                // watchdog still runs out on its own, with nothing refreshed).
+                watch.done = None;
+                if lost.is_none()
+                    && let Some(e) = watch.found()
+                {
+                    lost = Some(stop_command(pgid, e));
+                }
+            }
             Event::Timeout => {
                 let now = Instant::now();
-                if next_refresh.is_some_and(|t| now >= t) {
-                    next_refresh = now.checked_add(refresh_every);
-                    if lost.is_none()
-                        && let Err(e) = guard.refresh()
-                    {
-                        lost = Some(stop_command(pgid, e));
-                    }
-                }
-                if now >= next_check {
-                    next_check = now + CHECK_EVERY;
-                    match &lost {
-                        None => {
-                            if let Err(e) = guard.check() {
-                                lost = Some(stop_command(pgid, e));
-                            }
+                next_check = now + CHECK_EVERY;
+                match &lost {
+                    None => {
+                        // No system call: a lost guard's check reports the loss at once.
+                        if guard.is_lost()
+                            && let Some(e) = watch.found().or_else(|| guard.check().err())
+                        {
+                            lost = Some(stop_command(pgid, e));
                         }
-                        Some((_, kill_at)) if !killed && now >= *kill_at => {
-                            if reaped {
-                                // The reaper kills every process of the job.
-                                let _ = nix::sys::signal::kill(pgid, KILL_JOB);
-                            } else {
-                                signal_group(pgid, Signal::SIGKILL);
-                            }
-                            killed = true;
-                        }
-                        Some(_) => {}
                     }
+                    Some((_, kill_at)) if !killed && now >= *kill_at => {
+                        if reaped {
+                            // The reaper kills every process of the job.
+                            let _ = nix::sys::signal::kill(pgid, KILL_JOB);
+                        } else {
+                            signal_group(pgid, Signal::SIGKILL);
+                        }
+                        killed = true;
+                    }
+                    Some(_) => {}
                 }
             }
         }
@@ -525,7 +659,8 @@ enum Event {
     /// COMMAND's process changed state (exit, death by a signal, stop), or waiting for
     /// it failed.
     Child(nix::Result<WaitStatus>),
-    /// The acquisition thread is done: its result is on its channel.
+    /// The acquisition thread is done: its result is on its channel. Or, while COMMAND
+    /// runs, the watch thread is done: it found the lock lost.
     Done,
     /// The reaper says COMMAND stopped.
     CommandStopped,
