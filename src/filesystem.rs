@@ -304,6 +304,12 @@ impl Filesystem {
         }
     }
 
+    /// Whether a mount of this kind, classified by its `statfs` magic alone, could turn
+    /// out to be refused once its mount type is read: only FUSE mounts (object stores).
+    pub(crate) fn may_be_refused(&self) -> bool {
+        matches!(self.kind, FsKind::Fuse | FsKind::ObjectStore)
+    }
+
     /// How stale another host's view of a lock file can be with default mount options,
     /// measured or reasoned (see `docs/network-filesystems.md`); `None` where it is not
     /// known (a FUSE filesystem not named, an object store) and zero for local ones.

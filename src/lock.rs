@@ -940,9 +940,20 @@ impl DirLock {
 /// [`Error::UnsafeFilesystem`] if `path` is on a filesystem where lock files cannot
 /// work. A path that cannot be opened is left to the acquisition to report.
 fn refuse_unsafe(path: &Path) -> Result<()> {
-    let Ok(fs) = Filesystem::of(path) else {
+    // Only FUSE mounts can be object stores: elsewhere `statfs` settles it, and
+    // /proc/self/mountinfo (tens of microseconds on every `build`) is not read.
+    let Ok(fd) = nix::fcntl::open(
+        path,
+        nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    ) else {
         return Ok(());
     };
+    let magic = crate::sys::fs_facts(&fd, false).magic;
+    if magic.is_some_and(|m| !Filesystem::classify(Some(m), None, None).may_be_refused()) {
+        return Ok(());
+    }
+    let fs = Filesystem::from_facts(&crate::sys::fs_facts(&fd, true));
     match fs.refused() {
         Some(reason) => Err(Error::UnsafeFilesystem {
             path: path.to_path_buf(),

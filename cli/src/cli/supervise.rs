@@ -379,8 +379,23 @@ fn acquire(
     // On a shared filesystem even that attempt may block for a long time (CephFS: up to
     // the MDS's session timeout behind a dead client), and the event loop below must
     // forward signals and say what is going on meanwhile: it waits in the thread.
-    let fs = lock.filesystem().ok();
-    if wait == Some(Duration::ZERO) || !fs.as_ref().is_some_and(rwdir::Filesystem::is_shared) {
+    // `statfs` first: on a local filesystem the mount table is not read.
+    let fs = nix::sys::statfs::statfs(lock.path())
+        .ok()
+        .map(|st| {
+            // `f_type` is a signed long (64 or 32 bits): keep the kernel's 32-bit pattern.
+            #[allow(
+                clippy::cast_possible_truncation,
+                clippy::cast_sign_loss,
+                clippy::unnecessary_cast,
+                clippy::useless_conversion
+            )]
+            let magic = (st.filesystem_type().0 as i64 & 0xffff_ffff) as u32;
+            rwdir::Filesystem::classify(Some(magic), None, None)
+        })
+        .filter(rwdir::Filesystem::is_shared)
+        .and_then(|_| lock.filesystem().ok());
+    if wait == Some(Duration::ZERO) || fs.is_none() {
         let first = match mode {
             Mode::Read => lock.try_read().map(Guard::Read),
             Mode::Write => lock.try_write().map(Guard::Write),
