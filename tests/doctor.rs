@@ -23,12 +23,8 @@ use libtest_mimic::{Arguments, Failed, Trial};
 fn main() {
     let args = Arguments::from_args();
     let fuse = fuse_unavailable();
-    let fuse_test = |name: &'static str, f: fn() -> Result<(), Failed>| match &fuse {
-        None => Trial::test(name, f),
-        Some(why) => Trial::test(name, || Ok(()))
-            .with_ignored_flag(true)
-            .with_kind(why.clone()),
-    };
+    let fuse_test =
+        |name: &'static str, f: fn() -> Result<(), Failed>| lyingfs::fuse_trial(name, f, &fuse);
     let trials = vec![
         Trial::test("doctor_is_safe_on_tmpfs", doctor_is_safe_on_tmpfs),
         Trial::test(

@@ -1532,10 +1532,9 @@ fn partitioned_host_loses_the_lock_and_creates_nothing() {
         "hostc",
         blocked_until,
     );
-    if rig.kind != Kind::Sshfs {
-        // The mount stays (a DFS client reconnects): a new process on host C must be
-        // refused while host A holds, and host C's holder must have left nothing.
-        let probe = spawn(
+    // A new process on host C that tries the write lock once.
+    let probe = || {
+        spawn(
             &rig,
             Spec {
                 host: "hostc",
@@ -1547,7 +1546,12 @@ fn partitioned_host_loses_the_lock_and_creates_nothing() {
                 lease: SHORT_LEASE,
                 env: vec![],
             },
-        );
+        )
+    };
+    if rig.kind != Kind::Sshfs {
+        // The mount stays (a DFS client reconnects): a new process on host C must be
+        // refused while host A holds, and host C's holder must have left nothing.
+        let probe = probe();
         let p = probe.wait_for(&["granted", "refused"], Duration::from_secs(120));
         eprintln!(
             "netfs partition: after the link came back, a new process on host C was {}",
@@ -1579,19 +1583,7 @@ fn partitioned_host_loses_the_lock_and_creates_nothing() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    let probe = spawn(
-        &rig,
-        Spec {
-            host: "hostc",
-            net: Some(c_netns),
-            role: "probe",
-            name: "probe",
-            dir: &c_mount.join(name),
-            out: &out,
-            lease: SHORT_LEASE,
-            env: vec![],
-        },
-    );
+    let probe = probe();
     let p = probe.wait_for(&["granted", "refused"], Duration::from_secs(30));
     assert_eq!(p[0], "refused", "{p:?}");
     let left: Vec<_> = fs::read_dir(c_mount)

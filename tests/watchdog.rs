@@ -22,7 +22,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use libtest_mimic::{Arguments, Failed, Trial};
+use libtest_mimic::{Arguments, Failed};
 
 /// The lease of every test: a heartbeat every second, the watchdog at 2.5 s.
 const LEASE: Duration = Duration::from_secs(3);
@@ -32,12 +32,8 @@ const NOTICED_WITHIN: Duration = Duration::from_secs(8);
 fn main() {
     let args = Arguments::from_args();
     let fuse = lyingfs::unavailable();
-    let fuse_test = |name: &'static str, f: fn() -> Result<(), Failed>| match &fuse {
-        None => Trial::test(name, f),
-        Some(why) => Trial::test(name, || Ok(()))
-            .with_ignored_flag(true)
-            .with_kind(why.clone()),
-    };
+    let fuse_test =
+        |name: &'static str, f: fn() -> Result<(), Failed>| lyingfs::fuse_trial(name, f, &fuse);
     let trials = vec![
         fuse_test(
             "a_frozen_filesystem_makes_the_lock_lost_without_a_system_call",

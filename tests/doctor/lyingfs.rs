@@ -633,3 +633,18 @@ fn mount_fs(at: &Path, name: &str, fs: LyingFs) -> std::io::Result<fuser::Backgr
     cfg.acl = fuser::SessionACL::All;
     fuser::spawn_mount(fs, at, &cfg)
 }
+
+/// A test that needs a FUSE mount: run as `f`, or, where no FUSE mount can be made
+/// (`unavailable`, from [`unavailable`]), reported as ignored with the reason.
+pub fn fuse_trial(
+    name: &'static str,
+    f: fn() -> Result<(), libtest_mimic::Failed>,
+    unavailable: &Option<String>,
+) -> libtest_mimic::Trial {
+    match unavailable {
+        None => libtest_mimic::Trial::test(name, f),
+        Some(why) => libtest_mimic::Trial::test(name, || Ok(()))
+            .with_ignored_flag(true)
+            .with_kind(why.clone()),
+    }
+}
