@@ -22,6 +22,8 @@ pub(crate) struct Config {
     pub(crate) heartbeat: bool,
     /// Whether a filesystem that [`crate::Filesystem::refused`] is used anyway.
     pub(crate) allow_unsafe_fs: bool,
+    /// `Builder::cache_window`: overrides the filesystem kind's cache window.
+    pub(crate) cache_window: Option<std::time::Duration>,
 }
 
 impl Config {

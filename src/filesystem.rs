@@ -6,6 +6,11 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// The coarsest mtime resolution expected on a shared filesystem (sshfs, which speaks
+/// SFTP v3: whole seconds; so do some NFS servers). Part of
+/// [`Filesystem::judge_margin`].
+const MTIME_RESOLUTION: Duration = Duration::from_secs(1);
+
 /// The kind of filesystem a directory lives on, as far as rwdir cares.
 ///
 /// Found from the mount's type in `/proc/self/mountinfo` (which names FUSE filesystems:
@@ -304,12 +309,6 @@ impl Filesystem {
         }
     }
 
-    /// Whether a mount of this kind, classified by its `statfs` magic alone, could turn
-    /// out to be refused once its mount type is read: only FUSE mounts (object stores).
-    pub(crate) fn may_be_refused(&self) -> bool {
-        matches!(self.kind, FsKind::Fuse | FsKind::ObjectStore)
-    }
-
     /// How stale another host's view of a lock file can be with default mount options,
     /// measured or reasoned (see `docs/network-filesystems.md`); `None` where it is not
     /// known (a FUSE filesystem not named, an object store) and zero for local ones.
@@ -337,21 +336,69 @@ impl Filesystem {
         }
     }
 
-    /// The shortest lease this filesystem calls for, before clock skew:
-    /// `1.5 × (cache window + 1 s)` (lease > heartbeat + cache window + clock skew +
-    /// 1 s, heartbeat = lease/3), rounded up to a second; `None` where the cache window
-    /// is not known (then keep the default, [`DEFAULT_LEASE`](crate::DEFAULT_LEASE), or
-    /// measure with `rwdir doctor`) or where the lease plays no role (a local
-    /// filesystem, `Some(ZERO)`).
+    /// How much longer than its lease another host's lock file must look unrenewed here
+    /// before it is judged dead: the cache window (how stale this client's view of the
+    /// file's mtime can be, [`Filesystem::cache_window`]) plus 1 s of mtime resolution.
+    /// Zero on a local filesystem; on a shared one whose cache window is not known, 1 s
+    /// (measure the window with `rwdir doctor --peer-dir`, and make the lease cover it,
+    /// or pass it to [`Builder::cache_window`](crate::Builder::cache_window)).
+    ///
+    /// rwdir adds this margin itself, so that a holder that renews is never taken over
+    /// because a client's cache showed an old mtime, whatever the lease: on sshfs with
+    /// default caching an `open` + `fstat` can show an mtime 20 s old (measured in CI:
+    /// a reader renewing every 2.7 s under an 8 s lease was judged dead from another
+    /// host). The price is a later take-over of a crashed holder: lease + margin after
+    /// its last renewal.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rwdir::Filesystem;
+    /// let sshfs = Filesystem::classify(Some(0x6573_5546), Some("fuse.sshfs"), Some("h:/d"));
+    /// assert_eq!(sshfs.judge_margin(), Duration::from_secs(22));
+    /// let ext4 = Filesystem::classify(Some(0xef53), Some("ext4"), Some("/dev/sda1"));
+    /// assert_eq!(ext4.judge_margin(), Duration::ZERO);
+    /// ```
+    pub fn judge_margin(&self) -> Duration {
+        if !self.is_shared() {
+            return Duration::ZERO;
+        }
+        self.cache_window().unwrap_or(Duration::ZERO) + MTIME_RESOLUTION
+    }
+
+    /// [`Filesystem::judge_margin`] with the cache window `window` given by the user
+    /// ([`Builder::cache_window`](crate::Builder::cache_window)) in place of the kind's,
+    /// if any; a local filesystem keeps no margin whatever is given.
+    pub(crate) fn judge_margin_with(&self, window: Option<Duration>) -> Duration {
+        match window {
+            Some(w) if self.is_shared() => w + MTIME_RESOLUTION,
+            _ => self.judge_margin(),
+        }
+    }
+
+    /// The shortest lease this filesystem calls for, before clock skew and pauses:
+    /// 2 s (`1.5 × 1 s`, lease > heartbeat + 1 s with heartbeat = lease/3) on a shared
+    /// filesystem whose cache window is known, since rwdir adds the window to its
+    /// judging margin ([`Filesystem::judge_margin`]); `None` where the window is not
+    /// known (keep the default, [`DEFAULT_LEASE`](crate::DEFAULT_LEASE), or measure
+    /// with `rwdir doctor`); `Some(ZERO)` where the lease plays no role between
+    /// processes of one pid namespace (a local filesystem). Add `1.5 ×` the clock skew
+    /// between hosts and the longest pause a holder may see.
     pub fn min_lease(&self) -> Option<Duration> {
         if !self.is_shared() {
             return Some(Duration::ZERO);
         }
-        let window = self.cache_window()?;
-        let need = (window + Duration::from_secs(1)).mul_f64(1.5);
-        Some(Duration::from_secs(
-            need.as_secs() + u64::from(need.subsec_nanos() > 0),
-        ))
+        self.cache_window()?;
+        Some(Duration::from_secs(2))
+    }
+
+    /// Whether a filesystem classified by its `statfs` magic alone is named only by its
+    /// mount's line in `/proc/self/mountinfo`: every FUSE mount (one magic number for
+    /// all), which may be an object store (refused) or a filesystem whose cache window
+    /// rwdir knows.
+    pub(crate) fn needs_mount_table(&self) -> bool {
+        matches!(self.kind, FsKind::Fuse | FsKind::ObjectStore)
     }
 
     /// What to know about this filesystem, in a sentence or two.
@@ -745,16 +792,33 @@ mod tests {
     #[test]
     fn leases() {
         let sshfs = Filesystem::classify(F, Some("fuse.sshfs"), Some("h:/"));
-        // 1.5 × (21 + 1) = 33.
-        assert_eq!(sshfs.min_lease(), Some(Duration::from_secs(33)));
+        // The cache window is in the judging margin, not in the lease.
+        assert_eq!(sshfs.min_lease(), Some(Duration::from_secs(2)));
+        assert_eq!(sshfs.judge_margin(), Duration::from_secs(22));
         let nfs = Filesystem::classify(Some(magic::NFS), Some("nfs4"), Some("h:/"));
-        assert_eq!(nfs.min_lease(), Some(Duration::from_secs(92)));
-        assert!(nfs.min_lease() > Some(crate::DEFAULT_LEASE));
+        assert_eq!(nfs.min_lease(), Some(Duration::from_secs(2)));
+        assert_eq!(nfs.judge_margin(), Duration::from_secs(61));
         let fuse = Filesystem::classify(F, Some("fuse.foo"), Some("foo"));
         assert_eq!(fuse.min_lease(), None);
+        assert_eq!(fuse.judge_margin(), Duration::from_secs(1));
         assert_eq!(fuse.name(), "FUSE (foo)");
         let local = Filesystem::classify(EXT4, Some("ext4"), Some("/dev/vda"));
         assert_eq!(local.min_lease(), Some(Duration::ZERO));
+        assert_eq!(local.judge_margin(), Duration::ZERO);
+        // A window given by the user replaces the kind's, on shared filesystems only.
+        assert_eq!(
+            sshfs.judge_margin_with(Some(Duration::ZERO)),
+            Duration::from_secs(1)
+        );
+        assert_eq!(
+            fuse.judge_margin_with(Some(Duration::from_secs(5))),
+            Duration::from_secs(6)
+        );
+        assert_eq!(sshfs.judge_margin_with(None), sshfs.judge_margin());
+        assert_eq!(
+            local.judge_margin_with(Some(Duration::from_secs(5))),
+            Duration::ZERO
+        );
         assert_eq!(local.name(), "ext4");
         assert_eq!(
             Filesystem::classify(F, Some("fuse.s3fs"), Some("s3fs")).name(),

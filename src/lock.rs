@@ -302,6 +302,35 @@ impl Builder {
         self
     }
 
+    /// How stale this client's view of another host's lock file can be (its attribute
+    /// cache), where you know it better than rwdir does from the filesystem's kind
+    /// ([`Filesystem::cache_window`]): for example `Duration::ZERO` on NFS mounted with
+    /// `actimeo=0` or on sshfs mounted with `cache=no`, or what `rwdir doctor
+    /// --peer-dir` measured on a FUSE filesystem rwdir does not know. A holder on
+    /// another host is judged dead once its lease plus this window plus 1 s of mtime
+    /// resolution has passed since its last renewal ([`Filesystem::judge_margin`]).
+    /// Ignored on a local filesystem. Default: by the filesystem's kind.
+    ///
+    /// Too short a window lets a host whose cache shows an old mtime take over a lock
+    /// whose holder is alive and renewing: give every host of a directory a window that
+    /// covers its own mount.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let dir = tempfile::tempdir()?;
+    /// let lock = rwdir::DirLock::builder(dir.path())
+    ///     .cache_window(Duration::ZERO) // e.g. NFS with actimeo=0
+    ///     .build()?;
+    /// drop(lock.write()?);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn cache_window(mut self, window: Duration) -> Builder {
+        self.cfg.cache_window = Some(window);
+        self
+    }
+
     /// Checks the directory and makes the lock.
     ///
     /// # Errors
@@ -392,6 +421,7 @@ impl DirLock {
                 cancel: None,
                 heartbeat: true,
                 allow_unsafe_fs: false,
+                cache_window: None,
             },
         }
     }
@@ -950,7 +980,7 @@ fn refuse_unsafe(path: &Path) -> Result<()> {
         return Ok(());
     };
     let magic = crate::sys::fs_facts(&fd, false).magic;
-    if magic.is_some_and(|m| !Filesystem::classify(Some(m), None, None).may_be_refused()) {
+    if magic.is_some_and(|m| !Filesystem::classify(Some(m), None, None).needs_mount_table()) {
         return Ok(());
     }
     let fs = Filesystem::from_facts(&crate::sys::fs_facts(&fd, true));

@@ -29,6 +29,9 @@ fn run() -> Result<ExitCode, Error> {
         cli.allow_unsafe_filesystem,
         std::sync::atomic::Ordering::Relaxed,
     );
+    if let Some(window) = cli.cache_window {
+        let _ = cli::CACHE_WINDOW.set(window);
+    }
     match cli.command {
         Command::Read(args) => cli::supervise::run(cli::supervise::Mode::Read, &args, cli.lease),
         Command::Write(args) => cli::supervise::run(cli::supervise::Mode::Write, &args, cli.lease),

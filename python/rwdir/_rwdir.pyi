@@ -22,6 +22,7 @@ class DirLock:
         lease: float = 45.0,
         poll: Tuple[float, float] = (0.001, 0.1),
         allow_unsafe_filesystem: bool = False,
+        cache_window: Optional[float] = None,
     ) -> None: ...
     @property
     def path(self) -> str: ...

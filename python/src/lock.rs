@@ -28,14 +28,17 @@ use crate::wait::{Timeout, blocking};
 /// by inotify and polling is only the backstop. `allow_unsafe_filesystem` (default
 /// False): use `path` even on an object-store FUSE mount (s3fs, gcsfuse, ...), where
 /// exclusive creation is not exclusive and which is otherwise refused with rwdir.Error;
-/// check the mount with `rwdir doctor` first.
+/// check the mount with `rwdir doctor` first. `cache_window` (default None: by the
+/// filesystem's kind): seconds this client's view of another host's lock file can be
+/// stale; a holder on another host is taken over once its lease plus this window plus
+/// 1 s has passed (0 for NFS with actimeo=0 or sshfs with cache=no).
 ///
 /// The object is cheap and thread-safe; every acquisition is independent, and threads
 /// of one process take the lock as separate processes do. The lock is advisory: it
 /// excludes only those that take it.
 ///
 /// Raises FileNotFoundError if `path` does not exist, NotADirectoryError if it is not a
-/// directory, ValueError for a bad lease or poll.
+/// directory, ValueError for a bad lease, poll or cache_window.
 #[pyclass(module = "rwdir", name = "DirLock", frozen)]
 #[derive(Debug)]
 pub(crate) struct PyDirLock {
@@ -56,15 +59,16 @@ fn seconds(what: &str, s: f64) -> PyResult<Duration> {
 impl PyDirLock {
     #[new]
     #[pyo3(
-        text_signature = "(path, *, lease=45.0, poll=(0.001, 0.1), allow_unsafe_filesystem=False)"
+        text_signature = "(path, *, lease=45.0, poll=(0.001, 0.1), allow_unsafe_filesystem=False, cache_window=None)"
     )]
-    #[pyo3(signature = (path, *, lease = rwdir::DEFAULT_LEASE.as_secs_f64(), poll = (rwdir::DEFAULT_MIN_POLL.as_secs_f64(), rwdir::DEFAULT_MAX_POLL.as_secs_f64()), allow_unsafe_filesystem = false))]
+    #[pyo3(signature = (path, *, lease = rwdir::DEFAULT_LEASE.as_secs_f64(), poll = (rwdir::DEFAULT_MIN_POLL.as_secs_f64(), rwdir::DEFAULT_MAX_POLL.as_secs_f64()), allow_unsafe_filesystem = false, cache_window = None))]
     fn new(
         py: Python<'_>,
         path: PathBuf,
         lease: f64,
         poll: (f64, f64),
         allow_unsafe_filesystem: bool,
+        cache_window: Option<f64>,
     ) -> PyResult<PyDirLock> {
         let lease_d = seconds("lease", lease)?;
         if lease_d.is_zero() {
@@ -76,13 +80,20 @@ impl PyDirLock {
                 "poll must be (shortest, longest) with 0 < shortest <= longest, not {poll:?}"
             )));
         }
+        let window = cache_window
+            .map(|w| seconds("cache_window", w))
+            .transpose()?;
         let lock = py
             .detach(|| {
-                rwdir::DirLock::builder(path)
+                let b = rwdir::DirLock::builder(path)
                     .lease(lease_d)
                     .poll_interval(min, max)
-                    .allow_unsafe_filesystem(allow_unsafe_filesystem)
-                    .build()
+                    .allow_unsafe_filesystem(allow_unsafe_filesystem);
+                match window {
+                    Some(w) => b.cache_window(w),
+                    None => b,
+                }
+                .build()
             })
             .map_err(py_err(py))?;
         Ok(PyDirLock { lock, poll })

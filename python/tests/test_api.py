@@ -87,6 +87,12 @@ def test_construction_and_properties(tmp_path):
         pass
     with pytest.raises(TypeError):
         rwdir.DirLock(tmp_path, 45.0, (0.001, 0.1), True)
+    # The cache window of a shared filesystem (keyword-only, seconds >= 0).
+    with rwdir.DirLock(tmp_path, cache_window=0.0).read():
+        pass
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="cache_window"):
+            rwdir.DirLock(tmp_path, cache_window=bad)
 
 
 @pytest.mark.parametrize(
@@ -480,6 +486,7 @@ def test_every_public_item_has_a_docstring():
         assert word in text, word
     if sys.version_info >= (3, 10):  # a class's signature is shown from 3.10 on (abi3)
         assert rwdir.DirLock.__text_signature__ == (
-            "(path, *, lease=45.0, poll=(0.001, 0.1), allow_unsafe_filesystem=False)"
+            "(path, *, lease=45.0, poll=(0.001, 0.1), allow_unsafe_filesystem=False, cache_window=None)"
         )
-        assert "DirLock(path, *, lease=45.0, poll=(0.001, 0.1), allow_unsafe_filesystem=False)" in text
+        assert ("DirLock(path, *, lease=45.0, poll=(0.001, 0.1), allow_unsafe_filesystem=False, "
+                "cache_window=None)") in text

@@ -6,6 +6,7 @@ use std::ffi::OsStr;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::fcntl::{AT_FDCWD, AtFlags, OFlag, openat};
@@ -49,6 +50,10 @@ pub(crate) struct StateDir {
     /// Whether the filesystem may be shared between hosts ([`Filesystem::is_shared`],
     /// from the `statfs` magic number alone: every FUSE mount is shared).
     shared: bool,
+    /// How much older than its lease another host's lock file must look to be judged
+    /// dead ([`Filesystem::judge_margin`], or the cache window passed to
+    /// [`Builder::cache_window`](crate::Builder::cache_window) plus 1 s).
+    margin: Duration,
     /// `(st_dev, st_ino)` of the directory when it was opened.
     id: FileId,
     /// Whether `O_TMPFILE` + `linkat` works here; cleared on the first failure.
@@ -168,7 +173,15 @@ pub(crate) enum Renamed {
 impl StateDir {
     /// Opens (and with `create`, makes) the state directory. `Ok(None)` when it does not
     /// exist and `create` is false.
-    pub(crate) fn open(dir: &Path, state: Option<&Path>, create: bool) -> Result<Option<StateDir>> {
+    ///
+    /// `cache_window`: how stale this client's view of another host's file can be, where
+    /// the caller knows better than the filesystem's kind (`None`: by the kind).
+    pub(crate) fn open(
+        dir: &Path,
+        state: Option<&Path>,
+        create: bool,
+        cache_window: Option<Duration>,
+    ) -> Result<Option<StateDir>> {
         let dir_fd = openat(
             AT_FDCWD,
             dir,
@@ -215,7 +228,14 @@ impl StateDir {
                 Mode::empty(),
             ) {
                 Ok(fd) => {
-                    let shared = Filesystem::from_facts(&sys::fs_facts(&fd, false)).is_shared();
+                    let mut fs = Filesystem::from_facts(&sys::fs_facts(&fd, false));
+                    // A FUSE mount is named (sshfs, CephFS...) only by the mount table,
+                    // read once per state directory opened.
+                    if fs.needs_mount_table() {
+                        fs = Filesystem::from_facts(&sys::fs_facts(&fd, true));
+                    }
+                    let shared = fs.is_shared();
+                    let margin = fs.judge_margin_with(cache_window);
                     let st = fstat(&fd).at("inspect state directory", || path.clone())?;
                     let id = FileId::of(&st);
                     return Ok(Some(StateDir {
@@ -224,6 +244,7 @@ impl StateDir {
                         leaf: leaf.to_os_string(),
                         path,
                         shared,
+                        margin,
                         id,
                         tmpfile: AtomicBool::new(true),
                         renames: AtomicBool::new(true),
@@ -518,7 +539,7 @@ mod tests {
     #[test]
     fn a_spare_written_ahead_is_linked_with_the_right_record() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let Some(sd) = StateDir::open(dir.path(), None, true).expect("open") else {
+        let Some(sd) = StateDir::open(dir.path(), None, true, None).expect("open") else {
             panic!("no state directory");
         };
         let Some(mut spare) = sd.spare() else {

@@ -77,9 +77,6 @@ pub(super) fn read_fd(fd: &OwnedFd, exact_size: bool) -> std::io::Result<Record>
     })
 }
 
-/// The coarsest mtime resolution expected on a remote filesystem (sshfs: 1 s).
-pub(crate) const MTIME_GRANULARITY: Duration = Duration::from_secs(1);
-
 /// What reading one lock file gives.
 #[derive(Debug)]
 pub(super) struct Record {
@@ -225,18 +222,16 @@ impl StateDir {
         }
     }
 
-    /// The "now" against which the age of a lock file's mtime is judged. On a remote
-    /// filesystem an mtime reads up to 1 s earlier than the heartbeat that set it (SFTP
-    /// v3, which sshfs speaks, carries whole seconds; so do some NFS servers), so "now"
-    /// is taken [`MTIME_GRANULARITY`] earlier there: a holder on another host is judged
-    /// dead only once its lease plus that second has passed since its last heartbeat.
+    /// The "now" against which the age of a lock file's mtime is judged: the clock, less
+    /// the filesystem's judging margin ([`crate::Filesystem::judge_margin`]: its cache
+    /// window plus 1 s of mtime resolution on a shared filesystem, zero on a local one).
+    /// A holder on another host is therefore judged dead only once its lease plus that
+    /// margin has passed since its last heartbeat: a client may show an mtime that old
+    /// although the holder renews (sshfs: `open` + `fstat` answered from its 20 s
+    /// attribute cache).
     pub(crate) fn judge_now(&self) -> SystemTime {
         let now = SystemTime::now();
-        if self.is_remote() {
-            now.checked_sub(MTIME_GRANULARITY).unwrap_or(now)
-        } else {
-            now
-        }
+        now.checked_sub(self.margin).unwrap_or(now)
     }
 
     /// What is at `name`, by the nonce in its record, read back through `open` (which

@@ -1091,7 +1091,7 @@ fn blocker(sd: &StateDir, cfg: &Config, want: Kind, exclude: Option<&LockName>) 
 
 /// Opens the state directory.
 pub(crate) fn open_state(cfg: &Config, create: bool) -> Result<Option<StateDir>> {
-    StateDir::open(&cfg.dir, cfg.state_dir.as_deref(), create)
+    StateDir::open(&cfg.dir, cfg.state_dir.as_deref(), create, cfg.cache_window)
 }
 
 #[cfg(test)]
@@ -1117,6 +1117,7 @@ mod tests {
             cancel: None,
             heartbeat: true,
             allow_unsafe_fs: false,
+            cache_window: None,
         }
     }
 

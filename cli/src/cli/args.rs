@@ -46,6 +46,15 @@ pub(crate) struct Cli {
     #[arg(long, global = true)]
     pub(crate) allow_unsafe_filesystem: bool,
 
+    /// How stale this host's view of another host's lock file can be on DIR's shared
+    /// filesystem, in seconds, where you know it better than rwdir does from the
+    /// filesystem's kind: 0 for NFS with actimeo=0 or sshfs with cache=no, or what
+    /// `rwdir doctor --peer-dir` measured. A holder on another host is taken over once
+    /// its lease plus this window plus 1 s has passed since its last heartbeat. Default:
+    /// by the filesystem (sshfs 21, NFS 60, GlusterFS 1, CephFS 0.01; see `rwdir doctor`).
+    #[arg(long, global = true, value_name = "SECS", value_parser = parse_window)]
+    pub(crate) cache_window: Option<Duration>,
+
     /// What to do.
     #[command(subcommand)]
     pub(crate) command: Command,
@@ -250,6 +259,15 @@ fn parse_timeout(s: &str) -> Result<Duration, String> {
     parse_secs(s)
 }
 
+fn parse_window(s: &str) -> Result<Duration, String> {
+    match s.parse::<f64>() {
+        Ok(secs) if (0.0..=86_400.0).contains(&secs) => Ok(Duration::from_secs_f64(secs)),
+        _ => Err(format!(
+            "`{s}` is not a cache window: give seconds from 0 to 86400"
+        )),
+    }
+}
+
 fn parse_lease(s: &str) -> Result<Duration, String> {
     let d = parse_secs(s)?;
     if d < Duration::from_millis(100) {
@@ -291,6 +309,11 @@ mod tests {
         }
         assert!(parse_secs("1e300").is_err());
         assert!(parse_lease("0").is_err());
+        assert_eq!(parse_window("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_window("1.5"), Ok(Duration::from_millis(1500)));
+        for bad in ["-1", "x", "NaN", "inf", "1e9"] {
+            assert!(parse_window(bad).is_err(), "{bad}");
+        }
     }
 
     fn parse(args: &[&str]) -> Result<Cli, clap::Error> {

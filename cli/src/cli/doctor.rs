@@ -295,7 +295,13 @@ fn examine(args: &DoctorArgs, lease: Duration) -> Result<Report, String> {
         }
     }
     let shared = fs.as_ref().is_none_or(rwdir::Filesystem::is_shared);
-    let (recommended, lease_check) = lease_verdict(shared, window, skew, granularity, lease);
+    let covered = super::CACHE_WINDOW
+        .get()
+        .copied()
+        .or_else(|| fs.as_ref().and_then(rwdir::Filesystem::cache_window))
+        .unwrap_or(Duration::ZERO);
+    let (recommended, lease_check) =
+        lease_verdict(shared, window, covered, skew, granularity, lease);
     checks.push(lease_check);
     drop(scratch);
     checks.push(leftovers(dir, lease));
@@ -1048,16 +1054,21 @@ fn visibility(s: &Scratch, peer: &Path) -> (Option<Duration>, Vec<Check>) {
     (worst, checks)
 }
 
-/// The lease the filesystem calls for against the configured one:
-/// `lease > 1.5 × (cache window + clock skew + 1 s)`.
+/// The lease the measurements call for. rwdir judges another host's file dead only after
+/// its lease plus the judging margin (`covered`, the cache window it knows for this
+/// filesystem or was given with `--cache-window`, plus 1 s of mtime resolution), so the
+/// lease has to cover only the rest: `1.5 × (window − covered + clock skew + mtime
+/// resolution beyond 1 s + 1 s)` (lease > heartbeat + that, heartbeat = lease/3).
 fn lease_verdict(
     shared: bool,
     window: Option<(Duration, &'static str)>,
+    covered: Duration,
     skew: Duration,
     granularity: Duration,
     lease: Duration,
 ) -> (Option<Duration>, Check) {
     const NAME: &str = "lease";
+    const ONE: Duration = Duration::from_secs(1);
     let configured = lease.as_secs_f64();
     if !shared {
         return (
@@ -1078,18 +1089,21 @@ fn lease_verdict(
                 NAME,
                 Status::Warn,
                 format!(
-                    "the cache window of this filesystem is not known: measure it with --peer-dir (configured lease {configured:.0} s)"
+                    "the cache window of this filesystem is not known: measure it with --peer-dir, then pass it with --cache-window (configured lease {configured:.0} s)"
                 ),
             ),
         );
     };
-    let need = (window + skew + granularity.max(Duration::from_secs(1))).mul_f64(1.5);
+    let uncovered = window.saturating_sub(covered);
+    let need = (uncovered + skew + granularity.saturating_sub(ONE) + ONE).mul_f64(1.5);
     let need = Duration::from_secs(need.as_secs() + u64::from(need.subsec_nanos() > 0));
     let text = format!(
-        "needs more than 1.5 × (cache window {:.3} s, {how} + clock skew {:.3} s + 1 s) = {} s; configured {configured:.0} s",
+        "needs more than 1.5 × (cache window {:.3} s, {how}, less the {:.3} s rwdir adds to every lease when judging + clock skew {:.3} s + 1 s) = {} s; configured {configured:.0} s; a crashed holder is taken over {:.0} s after its last heartbeat",
         window.as_secs_f64(),
+        covered.as_secs_f64(),
         skew.as_secs_f64(),
-        need.as_secs()
+        need.as_secs(),
+        (lease + covered + ONE).as_secs_f64()
     );
     let c = if lease > need {
         check(NAME, Status::Ok, text)
@@ -1098,7 +1112,7 @@ fn lease_verdict(
             NAME,
             Status::Fail,
             format!(
-                "{text}: too short, a paused holder could be taken over while its file is only stale in a cache (pass a longer --lease, the same for every user)"
+                "{text}: too short, a paused holder could be taken over while its file is only stale in a cache (pass a longer --lease, the same for every user, or a --cache-window that covers the measured one)"
             ),
         )
     };
@@ -1186,40 +1200,53 @@ mod tests {
 
     #[test]
     fn lease_formula() {
+        let secs = Duration::from_secs;
+        // sshfs: the 21 s window is in the judging margin; 1.5 × 1 s = 1.5, rounded up.
         let (need, c) = lease_verdict(
             true,
-            Some((Duration::from_secs(21), "x")),
-            Duration::ZERO,
-            Duration::from_secs(1),
-            Duration::from_secs(45),
+            Some((secs(21), "x")),
+            secs(21),
+            secs(0),
+            secs(1),
+            secs(45),
         );
-        assert_eq!(need, Some(Duration::from_secs(33)));
+        assert_eq!(need, Some(secs(2)));
         assert_eq!(c.status, Status::Ok);
+        // Not covered (`--cache-window 0` on a mount measured at 21 s): 1.5 × 22 = 33.
         let (need, c) = lease_verdict(
             true,
-            Some((Duration::from_secs(60), "x")),
-            Duration::from_secs(2),
-            Duration::from_nanos(1),
-            Duration::from_secs(45),
+            Some((secs(21), "x")),
+            secs(0),
+            secs(0),
+            secs(1),
+            secs(30),
         );
-        // 1.5 × (60 + 2 + 1) = 94.5, rounded up.
-        assert_eq!(need, Some(Duration::from_secs(95)));
+        assert_eq!(need, Some(secs(33)));
         assert_eq!(c.status, Status::Fail);
-        let (_, c) = lease_verdict(
-            true,
-            None,
-            Duration::ZERO,
-            Duration::ZERO,
-            Duration::from_secs(45),
-        );
-        assert_eq!(c.status, Status::Warn);
+        // Measured worse than known: 1.5 × (80 − 60 + 2 + 1) = 34.5, rounded up.
         let (need, c) = lease_verdict(
-            false,
-            None,
-            Duration::ZERO,
-            Duration::ZERO,
-            Duration::from_secs(45),
+            true,
+            Some((secs(80), "x")),
+            secs(60),
+            secs(2),
+            Duration::from_nanos(1),
+            secs(45),
         );
+        assert_eq!(need, Some(secs(35)));
+        assert_eq!(c.status, Status::Ok);
+        // A 2 s mtime resolution: one second more than the margin has.
+        let (need, _) = lease_verdict(
+            true,
+            Some((secs(1), "x")),
+            secs(1),
+            secs(0),
+            secs(2),
+            secs(45),
+        );
+        assert_eq!(need, Some(secs(3)));
+        let (_, c) = lease_verdict(true, None, secs(0), secs(0), secs(0), secs(45));
+        assert_eq!(c.status, Status::Warn);
+        let (need, c) = lease_verdict(false, None, secs(0), secs(0), secs(0), secs(45));
         assert_eq!((need, c.status), (None, Status::Ok));
     }
 }

@@ -299,11 +299,18 @@ pub(crate) fn say(line: &str) {
 pub(crate) static ALLOW_UNSAFE_FS: std::sync::atomic::AtomicBool =
     std::sync::atomic::AtomicBool::new(false);
 
-/// A lock builder for DIR with the global `--lease` and `--allow-unsafe-filesystem`, as
-/// every subcommand makes it.
+/// The global `--cache-window`, set once by `main` before any subcommand runs.
+pub(crate) static CACHE_WINDOW: std::sync::OnceLock<std::time::Duration> =
+    std::sync::OnceLock::new();
+
+/// A lock builder for DIR with the global `--lease`, `--allow-unsafe-filesystem` and
+/// `--cache-window`, as every subcommand makes it.
 pub(crate) fn builder(dir: &std::path::Path, lease: Option<std::time::Duration>) -> rwdir::Builder {
-    let builder = rwdir::DirLock::builder(dir)
+    let mut builder = rwdir::DirLock::builder(dir)
         .allow_unsafe_filesystem(ALLOW_UNSAFE_FS.load(std::sync::atomic::Ordering::Relaxed));
+    if let Some(&window) = CACHE_WINDOW.get() {
+        builder = builder.cache_window(window);
+    }
     match lease {
         Some(lease) => builder.lease(lease),
         None => builder,
