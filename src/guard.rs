@@ -46,7 +46,8 @@ pub(crate) struct Held {
     /// Set once the file is found gone or replaced, or the watchdog ran out (shared
     /// with `mark`). Never cleared: the heartbeat stops renewing a lost file.
     lost: Arc<AtomicBool>,
-    /// Why it was lost, if the loss has a reason of its own (the watchdog's).
+    /// Why it was lost, if the loss has a reason of its own (the watchdog's, or the
+    /// error a heartbeat got).
     why: OnceLock<String>,
     /// The watchdog: when the last completed, successful renewal of the file started, on
     /// [`clock`] (the grant counts as one). See [`Held::watchdog`].
@@ -262,14 +263,15 @@ impl Held {
                 *self.fd.lock() = Some(fd);
             }
         }
-        // Lost by the watchdog only: the file may well still be ours (nobody found it
-        // gone), and left behind it would hold up this host's waiters for as long as this
+        // Lost, by the watchdog or by a heartbeat that could not check the file (a file
+        // this client could not reach for a while, ENOTCONN): the file may well still be
+        // ours, and left behind it would hold up this host's waiters for as long as this
         // process lives. It is removed as at any release, and the loss still reported.
-        let overdue = self.why.get().is_some();
+        let lost = self.is_lost();
         // W8: `.master_lock` is a reused name: remove it only if it is still ours. A
         // reader's name is unique (R5): if it is there, it is ours.
         let ours = match self.name {
-            LockName::Master if overdue => self.still_ours(),
+            LockName::Master if lost => self.still_ours(),
             LockName::Master => self.check(),
             _ => Ok(()),
         };
@@ -278,7 +280,7 @@ impl Held {
         drop(std::mem::take(&mut *self.spent.lock()));
         ours?;
         match self.sd.unlink(&self.name)? {
-            _ if overdue => Err(self.lost_before()),
+            _ if lost => Err(self.lost_before()),
             true => Ok(()),
             false => Err(self.lost_error("the lock file was removed by someone else")),
         }
@@ -340,8 +342,15 @@ impl Held {
                 // (measured on the netfs rig: 8.3 s after SIGCONT, with a 25 s lease).
                 && matches!(self.sd.still_ours(&self.name, fd, self.nonce), Ok(true))
             }
-            // ENOENT of the directory, EIO, ENOTCONN: the filesystem went away.
-            Ok(false) | Err(_) => false,
+            Ok(false) => false,
+            // ENOENT of the directory, EIO, ENOTCONN: the filesystem went away, or this
+            // client cannot reach the file for now.
+            Err(e) => {
+                let _ = self
+                    .why
+                    .set(format!("the heartbeat could not check the lock file: {e}"));
+                false
+            }
         };
         if !ok {
             self.lost.store(true, Ordering::Release);

@@ -32,6 +32,17 @@ pub(crate) enum Found {
     },
 }
 
+/// A lock file this client cannot reach now ([`StateDir::read`]): present, malformed and
+/// renewed this instant, so it is held (judged `Unknown` by lease, never `Dead`) until it
+/// can be read again.
+fn out_of_reach_now() -> Found {
+    Found::File {
+        holder: None,
+        mtime: SystemTime::now(),
+        regular: true,
+    }
+}
+
 pub(super) fn file_type(st: &FileStat) -> SFlag {
     SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits())
 }
@@ -147,16 +158,15 @@ impl StateDir {
                 | OFlag::O_NOCTTY,
             Mode::empty(),
         ) {
-            Ok(fd) => match self
-                .read_open(&fd)
-                .at("read lock file", || self.path_of(name))?
-            {
-                Some(r) => Ok(Found::File {
+            Ok(fd) => match self.read_open(&fd) {
+                Ok(Some(r)) => Ok(Found::File {
                     holder: r.holder,
                     mtime: r.mtime,
                     regular: r.regular,
                 }),
-                None => Ok(Found::Gone),
+                Ok(None) => Ok(Found::Gone),
+                Err(e) if self.out_of_reach(e.raw_os_error()) => Ok(out_of_reach_now()),
+                Err(e) => Err(e).at("read lock file", || self.path_of(name)),
             },
             Err(Errno::ENOENT) => Ok(Found::Gone),
             // A symlink (ELOOP), an unreadable file (EACCES), a socket (ENXIO) ...:
@@ -169,9 +179,24 @@ impl StateDir {
                     regular: file_type(&st) == SFlag::S_IFREG,
                 }),
                 Err(Errno::ENOENT) => Ok(Found::Gone),
+                Err(e) if self.out_of_reach(Some(e as i32)) => Ok(out_of_reach_now()),
                 Err(e) => Err(e).at("inspect lock file", || self.path_of(name)),
             },
         }
+    }
+
+    /// Whether an error reading another's lock file means only that this client cannot
+    /// reach that file now, on a shared filesystem whose other calls answer: `ENOTCONN`
+    /// or `ETIMEDOUT` while the state directory itself can still be `fstat`ed. Measured
+    /// once on CephFS: a healthy client's `open` of a `.master_lock` whose record a dead
+    /// client had never flushed failed with `ENOTCONN`, until the MDS dropped the dead
+    /// client's session. Such a file counts as held ([`out_of_reach_now`]): a waiter keeps
+    /// waiting, and nobody removes it. A client that lost its server fails every call,
+    /// the directory's `fstat` too, and gets the error.
+    fn out_of_reach(&self, errno: Option<i32>) -> bool {
+        self.is_remote()
+            && matches!(errno, Some(c) if c == Errno::ENOTCONN as i32 || c == Errno::ETIMEDOUT as i32)
+            && fstat(&self.fd).is_ok()
     }
 
     /// Reads the record of a lock file we just opened. `Ok(None)`: it vanished after the

@@ -6,7 +6,9 @@
 //! existing name succeeds, which is what `rwdir doctor` must catch.
 //!
 //! It can also be frozen ([`Freeze`]), as a network filesystem cut off from its server
-//! is: every call on it then blocks until it is thawed (tests/watchdog.rs).
+//! is: every call on it then blocks until it is thawed (tests/watchdog.rs); and it can
+//! fail calls with `ENOTCONN` ([`Faults`]), on one name or on everything
+//! (tests/unreachable.rs).
 
 // Shared by two test crates (tests/doctor.rs, tests/watchdog.rs), each using a part.
 #![allow(dead_code)]
@@ -14,6 +16,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{OsStr, OsString};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -55,6 +58,74 @@ pub struct LyingFs {
     /// from exiting (the real clients it stands for may answer a FLUSH of an unwritten
     /// file without their server, or may not).
     no_flush: bool,
+    faults: Arc<Faults>,
+}
+
+/// Calls that fail with `ENOTCONN`, switched by the test while the filesystem is mounted.
+#[derive(Debug, Default)]
+pub struct Faults {
+    /// A name whose lookups fail: a file this client cannot reach although the rest of
+    /// the mount answers (measured once on CephFS, for a record a dead client never
+    /// flushed to the servers).
+    unreachable: Mutex<Option<OsString>>,
+    /// Every lookup and `getattr` fails: this client lost its server. (Directory reads
+    /// still answer, so that a test reaches the reading of one file and the check of
+    /// the directory that tells the two faults apart.)
+    dead: AtomicBool,
+    /// A name, and how many more of its lookups are answered before the filesystem turns
+    /// [`Faults::dead`] on its own: the loss strikes at a known point of a caller's work.
+    dead_after: Mutex<Option<(OsString, u32)>>,
+}
+
+impl Faults {
+    /// Makes lookups of `name` (in any directory) fail, or none with `None`.
+    pub fn unreachable(&self, name: Option<&str>) {
+        *self
+            .unreachable
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = name.map(OsString::from);
+    }
+
+    /// Makes every lookup and `getattr` fail, or none.
+    pub fn dead(&self, dead: bool) {
+        self.dead.store(dead, Ordering::SeqCst);
+    }
+
+    /// Turns the filesystem dead right after it has answered `n` more lookups of `name`.
+    pub fn dead_after(&self, name: &str, n: u32) {
+        *self
+            .dead_after
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some((name.into(), n));
+    }
+
+    /// Counts a lookup of `name` against [`Faults::dead_after`].
+    fn looked_up(&self, name: &OsStr) {
+        let mut armed = self
+            .dead_after
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((watched, left)) = armed.as_mut()
+            && watched.as_os_str() == name
+        {
+            *left = left.saturating_sub(1);
+            if *left == 0 {
+                *armed = None;
+                self.dead.store(true, Ordering::SeqCst);
+            }
+        }
+    }
+
+    fn fails(&self, name: Option<&OsStr>) -> bool {
+        self.dead.load(Ordering::SeqCst)
+            || name.is_some_and(|n| {
+                self.unreachable
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .as_deref()
+                    == Some(n)
+            })
+    }
 }
 
 /// The name in the root whose lookup plugs a frozen filesystem.
@@ -200,6 +271,7 @@ impl LyingFs {
             lie,
             freeze: Arc::default(),
             no_flush: false,
+            faults: Arc::default(),
         }
     }
 
@@ -270,6 +342,10 @@ impl Filesystem for LyingFs {
             self.freeze.hold();
             return reply.error(Errno::ENOENT);
         }
+        if self.faults.fails(Some(name)) {
+            return reply.error(Errno::ENOTCONN);
+        }
+        self.faults.looked_up(name);
         let inner = self.inner();
         match inner.child(parent, name) {
             Ok(Some(ino)) => {
@@ -286,6 +362,9 @@ impl Filesystem for LyingFs {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        if self.faults.fails(None) {
+            return reply.error(Errno::ENOTCONN);
+        }
         match self.inner().nodes.get(&ino.0) {
             Some(n) => reply.attr(&TTL, &attr(ino.0, n)),
             None => reply.error(Errno::ENOENT),
@@ -601,6 +680,16 @@ pub fn mount_freezable(
     fs.no_flush = true;
     let freeze = Arc::clone(&fs.freeze);
     Ok((mount_fs(at, name, fs)?, freeze))
+}
+
+/// Mounts a fresh honest filesystem at `at`, as [`mount`], with its [`Faults`] switch.
+pub fn mount_faulty(
+    at: &Path,
+    name: &str,
+) -> std::io::Result<(fuser::BackgroundSession, Arc<Faults>)> {
+    let fs = LyingFs::new(false);
+    let faults = Arc::clone(&fs.faults);
+    Ok((mount_fs(at, name, fs)?, faults))
 }
 
 /// Why no FUSE filesystem can be mounted here, if it cannot (the tests then report as
