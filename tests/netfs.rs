@@ -1179,6 +1179,33 @@ fn stress_two_hosts_cache_no() {
 /// since its last heartbeat.
 const SHORT_LEASE: Duration = Duration::from_secs(25);
 
+/// Starts a `hold` worker named `holder` on `host` for the lock on `dir` and waits (up
+/// to 60 s) for its grant: the worker and its `granted` line.
+fn granted_holder(
+    rig: &Rig,
+    host: &str,
+    dir: &Path,
+    out: &Path,
+    lease: Duration,
+) -> (Worker, Vec<String>) {
+    let holder = spawn(
+        rig,
+        Spec {
+            host,
+            net: None,
+            role: "hold",
+            name: "holder",
+            dir,
+            out,
+            lease,
+            env: vec![],
+        },
+    );
+    let g = holder.wait_for(&["granted", "error"], Duration::from_secs(60));
+    assert_eq!(g[0], "granted", "{g:?}");
+    (holder, g)
+}
+
 /// How much longer than the lease host B waits before it judges another host's file
 /// dead: its filesystem's cache window plus 1 s (`Filesystem::judge_margin`: sshfs 22 s,
 /// GlusterFS 2 s, CephFS 1.01 s).
@@ -1320,21 +1347,7 @@ fn crashed_host_is_taken_over_after_the_lease() {
     let rwdir = bin::rwdir_bin();
     let name = "crash";
     let out = fresh(&rig, name);
-    let mut holder = spawn(
-        &rig,
-        Spec {
-            host: "hosta",
-            net: None,
-            role: "hold",
-            name: "holder",
-            dir: &rig.a.join(name),
-            out: &out,
-            lease: SHORT_LEASE,
-            env: vec![],
-        },
-    );
-    let g1 = holder.wait_for(&["granted", "error"], Duration::from_secs(30));
-    assert_eq!(g1[0], "granted", "{g1:?}");
+    let (mut holder, g1) = granted_holder(&rig, "hosta", &rig.a.join(name), &out, SHORT_LEASE);
     // Let at least one heartbeat happen, then crash the whole host.
     std::thread::sleep(SHORT_LEASE / 3 + Duration::from_secs(1));
     holder.crash_host();
@@ -1399,21 +1412,7 @@ fn frozen_holder_loses_the_lock_and_notices() {
     let rig = rig("frozen_holder_loses_the_lock_and_notices");
     let name = "frozen";
     let out = fresh(&rig, name);
-    let holder = spawn(
-        &rig,
-        Spec {
-            host: "hosta",
-            net: None,
-            role: "hold",
-            name: "holder",
-            dir: &rig.a.join(name),
-            out: &out,
-            lease: SHORT_LEASE,
-            env: vec![],
-        },
-    );
-    let g1 = holder.wait_for(&["granted", "error"], Duration::from_secs(30));
-    assert_eq!(g1[0], "granted", "{g1:?}");
+    let (holder, g1) = granted_holder(&rig, "hosta", &rig.a.join(name), &out, SHORT_LEASE);
     let pid = Pid::from_raw(holder.global_pid());
     let (last_beat, taker, g2, resumed) = freeze_and_take(&rig, name, &out, pid);
     assert_eq!(g2[0], "granted", "{g2:?}");
@@ -1681,21 +1680,7 @@ fn crashed_fuse_client(test: &str, victim: &str, evict: bool, beat_first: bool) 
     let name = format!("crashed-client-{victim}");
     let out = fresh(&rig, &name);
     let mount = PathBuf::from(client_sh(&rig, &["up", victim, &netns_b]));
-    let holder = spawn(
-        &rig,
-        Spec {
-            host: "hostk",
-            net: None,
-            role: "hold",
-            name: "holder",
-            dir: &mount.join(&name),
-            out: &out,
-            lease: SHORT_LEASE,
-            env: vec![],
-        },
-    );
-    let g1 = holder.wait_for(&["granted", "error"], Duration::from_secs(60));
-    assert_eq!(g1[0], "granted", "{g1:?}");
+    let (holder, g1) = granted_holder(&rig, "hostk", &mount.join(&name), &out, SHORT_LEASE);
     if beat_first {
         // At least one heartbeat, as in the crashed-host test.
         std::thread::sleep(SHORT_LEASE / 3 + Duration::from_secs(1));
@@ -1819,21 +1804,7 @@ fn cli_waiter_on_cephfs_says_what_may_hold_it_up() {
     let name = "cli-ceph-notice";
     let out = fresh(&rig, name);
     let mount = PathBuf::from(client_sh(&rig, &["up", victim, &netns_b]));
-    let holder = spawn(
-        &rig,
-        Spec {
-            host: "hostk",
-            net: None,
-            role: "hold",
-            name: "holder",
-            dir: &mount.join(name),
-            out: &out,
-            lease: SHORT_LEASE,
-            env: vec![],
-        },
-    );
-    let g1 = holder.wait_for(&["granted", "error"], Duration::from_secs(60));
-    assert_eq!(g1[0], "granted", "{g1:?}");
+    let (holder, _) = granted_holder(&rig, "hostk", &mount.join(name), &out, SHORT_LEASE);
     // A heartbeat first, as in the crashed-client tests (a kill before it is
     // `crashed_fuse_client_before_its_first_heartbeat_is_waited_for`).
     std::thread::sleep(SHORT_LEASE / 3 + Duration::from_secs(1));
@@ -1980,21 +1951,7 @@ fn renewing_holder_is_not_judged_dead_through_a_stale_attribute_cache() {
     );
     let name = "stale-attr";
     let out = fresh(&rig, name);
-    let holder = spawn(
-        &rig,
-        Spec {
-            host: "hosta",
-            net: None,
-            role: "hold",
-            name: "holder",
-            dir: &rig.a.join(name),
-            out: &out,
-            lease: WAIT_LEASE,
-            env: vec![],
-        },
-    );
-    let g = holder.wait_for(&["granted", "error"], Duration::from_secs(30));
-    assert_eq!(g[0], "granted", "{g:?}");
+    let (holder, _) = granted_holder(&rig, "hosta", &rig.a.join(name), &out, WAIT_LEASE);
     let dir_b = rig.b.join(name);
     let master_b = dir_b.join(".rwdir/.master_lock");
     let mtime = |f: &std::fs::File| {

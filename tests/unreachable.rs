@@ -19,28 +19,23 @@ use std::io::ErrorKind;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use libtest_mimic::{Arguments, Failed};
+use libtest_mimic::Failed;
 
 const LEASE: Duration = Duration::from_secs(3);
 /// How long the waiter is asked to wait.
 const WAIT: Duration = Duration::from_secs(2);
 
 fn main() {
-    let args = Arguments::from_args();
-    let fuse = lyingfs::unavailable();
-    let fuse_test =
-        |name: &'static str, f: fn() -> Result<(), Failed>| lyingfs::fuse_trial(name, f, &fuse);
-    let trials = vec![
-        fuse_test(
+    lyingfs::run_fuse_tests(&[
+        (
             "an_unreachable_master_lock_is_waited_for_and_kept",
             an_unreachable_master_lock_is_waited_for_and_kept,
         ),
-        fuse_test(
+        (
             "a_client_that_lost_its_server_gets_an_error_not_a_wait",
             a_client_that_lost_its_server_gets_an_error_not_a_wait,
         ),
-    ];
-    libtest_mimic::run(&args, trials).exit();
+    ]);
 }
 
 fn fail(what: impl Into<String>) -> Failed {
@@ -67,12 +62,7 @@ impl Drop for Mount {
 fn mount(name: &str) -> Result<Mount, Failed> {
     let point = tempfile::tempdir()?;
     let (session, faults) = lyingfs::mount_faulty(point.path(), name)?;
-    let dir = point.path().join("d");
-    std::fs::create_dir(&dir)?;
-    let fs = rwdir::Filesystem::of(&dir).map_err(|e| fail(format!("{e:?}")))?;
-    if !fs.is_shared() {
-        return Err(fail(format!("the FUSE mount is {}, not shared", fs.name())));
-    }
+    let dir = lyingfs::shared_dir(point.path()).map_err(fail)?;
     Ok(Mount {
         faults,
         dir,

@@ -22,7 +22,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use libtest_mimic::{Arguments, Failed};
+use libtest_mimic::Failed;
 
 /// The lease of every test: a heartbeat every second, the watchdog at 2.5 s.
 const LEASE: Duration = Duration::from_secs(3);
@@ -30,21 +30,16 @@ const LEASE: Duration = Duration::from_secs(3);
 const NOTICED_WITHIN: Duration = Duration::from_secs(8);
 
 fn main() {
-    let args = Arguments::from_args();
-    let fuse = lyingfs::unavailable();
-    let fuse_test =
-        |name: &'static str, f: fn() -> Result<(), Failed>| lyingfs::fuse_trial(name, f, &fuse);
-    let trials = vec![
-        fuse_test(
+    lyingfs::run_fuse_tests(&[
+        (
             "a_frozen_filesystem_makes_the_lock_lost_without_a_system_call",
             a_frozen_filesystem_makes_the_lock_lost_without_a_system_call,
         ),
-        fuse_test(
+        (
             "rwdir_write_stops_command_and_exits_74_while_the_filesystem_is_frozen",
             rwdir_write_stops_command_and_exits_74_while_the_filesystem_is_frozen,
         ),
-    ];
-    libtest_mimic::run(&args, trials).exit();
+    ]);
 }
 
 fn fail(what: impl Into<String>) -> Failed {
@@ -63,12 +58,7 @@ struct Mount {
 fn mount(name: &str) -> Result<Mount, Failed> {
     let point = tempfile::tempdir()?;
     let (session, freeze) = lyingfs::mount_freezable(point.path(), name)?;
-    let dir = point.path().join("d");
-    std::fs::create_dir(&dir)?;
-    let fs = rwdir::Filesystem::of(&dir).map_err(|e| fail(format!("{e:?}")))?;
-    if !fs.is_shared() {
-        return Err(fail(format!("the FUSE mount is {}, not shared", fs.name())));
-    }
+    let dir = lyingfs::shared_dir(point.path()).map_err(fail)?;
     Ok(Mount {
         freeze,
         dir,

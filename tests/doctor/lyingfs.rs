@@ -692,6 +692,18 @@ pub fn mount_faulty(
     Ok((mount_fs(at, name, fs)?, faults))
 }
 
+/// Makes the directory `d` on the filesystem mounted at `point`, and checks that rwdir
+/// takes that filesystem as shared (what the FUSE tests of the library rely on).
+pub fn shared_dir(point: &Path) -> Result<std::path::PathBuf, String> {
+    let dir = point.join("d");
+    std::fs::create_dir(&dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
+    let fs = rwdir::Filesystem::of(&dir).map_err(|e| format!("{e:?}"))?;
+    if !fs.is_shared() {
+        return Err(format!("the FUSE mount is {}, not shared", fs.name()));
+    }
+    Ok(dir)
+}
+
 /// Why no FUSE filesystem can be mounted here, if it cannot (the tests then report as
 /// ignored with this reason).
 pub fn unavailable() -> Option<String> {
@@ -736,4 +748,20 @@ pub fn fuse_trial(
             .with_ignored_flag(true)
             .with_kind(why.clone()),
     }
+}
+
+/// A test that needs a FUSE mount.
+pub type FuseTest = fn() -> Result<(), libtest_mimic::Failed>;
+
+/// The `main` of a test crate whose tests all need a FUSE mount: runs `tests` (name,
+/// function) with libtest-mimic's arguments, each reported as ignored with the reason
+/// where no FUSE mount can be made.
+pub fn run_fuse_tests(tests: &[(&'static str, FuseTest)]) -> ! {
+    let args = libtest_mimic::Arguments::from_args();
+    let why = unavailable();
+    let trials = tests
+        .iter()
+        .map(|&(name, f)| fuse_trial(name, f, &why))
+        .collect();
+    libtest_mimic::run(&args, trials).exit()
 }
