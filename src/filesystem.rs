@@ -414,7 +414,7 @@ impl Filesystem {
                 "listings and attributes cached ~21 s, mtimes in whole seconds, lost link races reported as EPERM: handled (nonce read-back, open over stat)"
             }
             FsKind::Nfs => {
-                "use NFSv4.1+, lookupcache=none (or positive), actimeo=0, cto, soft/softerr; otherwise a lease of about 95 s"
+                "use NFSv4.1+, lookupcache=none (or positive), actimeo=0, cto, soft/softerr; with actimeo=0 pass a cache window of 0, otherwise take-overs wait lease + 61 s"
             }
             FsKind::Cifs => {
                 "attributes cached 1 s by default (actimeo); hard links need the unix extensions or SMB3 POSIX extensions"

@@ -21,14 +21,13 @@ use crate::wait::Deadline;
 
 /// Default lease: how long a holder on another host counts as alive without a heartbeat.
 ///
-/// A lease must satisfy `lease > heartbeat + cache window + clock skew + 1 s` (the
-/// second is the mtime resolution of sshfs and some NFS servers). The heartbeat runs
-/// every lease/3, so this is `lease > 1.5 × (cache window + clock skew + 1 s)`. The cache
-/// window is how stale another host's view of a lock file can be: about 21 s on sshfs,
-/// up to 60 s on NFS with default options. 45 s covers sshfs with up to 8 s of clock
-/// skew. NFS needs `actimeo=0` or a lease of about 95 s (see
-/// `docs/network-filesystems.md`). On the same host the lease plays no role: death is
-/// checked exactly.
+/// A holder on another host is taken over once its lease plus the judge's margin has
+/// passed since its last heartbeat; the margin is the filesystem's cache window plus 1 s
+/// ([`Filesystem::judge_margin`]: 22 s on sshfs, 61 s on NFS with default options), so
+/// the lease itself only has to cover the heartbeat (every lease/3), clock skew and
+/// pauses: `lease > 1.5 × (clock skew + longest pause)`. 45 s allows for 30 s of the
+/// two. See `docs/network-filesystems.md`. On the same host the lease plays no role:
+/// death is checked exactly.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(45);
 /// Default shortest pause between two looks while waiting.
 pub const DEFAULT_MIN_POLL: Duration = Duration::from_millis(1);
