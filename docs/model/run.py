@@ -21,6 +21,7 @@ stops right after finding it (it always says "Search not completed" then).
 """
 import argparse
 import concurrent.futures
+import fcntl
 import json
 import os
 import re
@@ -346,6 +347,25 @@ def classify(out):
     return "PASS", trunc
 
 
+def save(cid, r):
+    """Record one result in results.json and summary.md at once, so that a long batch
+    that is stopped keeps what it finished. results.json keeps the latest result of every
+    configuration, so a partial run (--only, --quick) updates summary.md without losing
+    the rest; a lock file lets two runners share the results folder."""
+    store_path = os.path.join(RES, "results.json")
+    with open(os.path.join(tempfile.gettempdir(), "rwdir-spin-results.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        store = {}
+        if os.path.exists(store_path):
+            with open(store_path) as f:
+                store = json.load(f)
+        store[cid] = {k: r.get(k) for k in ("result", "kind", "states", "depth", "secs", "mem", "args", "mode", "expected")}
+        with open(store_path + ".tmp", "w") as f:
+            json.dump(store, f, indent=1, sort_keys=True)
+        os.replace(store_path + ".tmp", store_path)
+        write_summary(store)
+
+
 def run_one(cfg, work):
     cid, title, gargs, mode, expected, _ = cfg
     d = os.path.join(work, cid)
@@ -523,21 +543,10 @@ def main():
             ok = r["result"] == cfg[4]
             bad += not ok
             rows[cfg[0]] = (cfg, r, ok)
+            save(cfg[0], r)
             print(f"{cfg[0]:<11} {r['result']:<10} (expected {cfg[4]}) states={r.get('states')} "
                   f"depth={r.get('depth')} {r.get('secs')}s {r.get('kind', '')}  {cfg[1]}"
                   + (f"\n    {r['note']}" if r.get("note") else ""), flush=True)
-    # results.json keeps the latest result of every configuration, so that a
-    # partial run (--only, --quick) updates summary.md without losing the rest
-    store_path = os.path.join(RES, "results.json")
-    store = {}
-    if os.path.exists(store_path):
-        with open(store_path) as f:
-            store = json.load(f)
-    for cid, (cfg, r, ok) in rows.items():
-        store[cid] = {k: r.get(k) for k in ("result", "kind", "states", "depth", "secs", "mem", "args", "mode", "expected")}
-    with open(store_path, "w") as f:
-        json.dump(store, f, indent=1, sort_keys=True)
-    write_summary(store)
     if not a.keep:
         shutil.rmtree(work, ignore_errors=True)
     else:
