@@ -102,6 +102,9 @@ def build(a):
         if a.prio:
             for r in range(NR):
                 s.append(f"owe[{r}] = owe[{r}] & {0xff & ~(1 << p)}")
+            if a.v11:   # V11: the debt of each thread slot's join
+                for k in range(2 * NR):
+                    s.append(f"owj[{k}] = owj[{k}] & {0xff & ~(1 << p)}")
         if a.fifo:
             for q in range(NW):
                 s.append(f"ahead[{q}] = ahead[{q}] & {0xff & ~(1 << p)}")
@@ -203,6 +206,9 @@ def build(a):
     if a.v9 != "off":
         w(f"/* V9: a writer whose only older pending file is the holder's waits for .master_lock as V2 does "
           f"(v9={a.v9} probe={a.v9_probe}) */")
+    if a.v11:
+        w(f"/* V11: threads of one reader process share its marker: two thread slots, a join lists, then checks "
+          f"the marker (probe={a.v11_probe} mutant={int(a.v11_mutant)}) */")
     if a.v6:
         w(f"/* V6: a writer that finds no .master_lock and no pending file creates .master_lock directly "
           f"(probe={a.v6_probe} mutant={a.v6_mutant}) */")
@@ -229,6 +235,8 @@ def build(a):
     w("/* ---- monitors ---- */")
     w("byte nrcs, nwcs;        /* readers / writers inside */")
     w(f"byte owe[{max(NR, 1)}];           /* per reader: writers it must not overtake */")
+    if a.v11:
+        w(f"byte owj[{max(2 * NR, 1)}];           /* V11: per thread slot of a reader: writers its join must not overtake */")
     w(f"byte ahead[{max(NW, 1)}];         /* per writer: writers queued before it */")
     w("byte hj, hk, hpos;      /* scratch, always 0 between steps */")
     if a.once:
@@ -361,7 +369,12 @@ inline qremove(o) {{
 
     def crash_handler(me, reader):
         s = [f"crashreq[{me}] -> d_step {{", f"  crashreq[{me}] = 0;"]
-        if reader:
+        if reader and a.v11:   # V11: every thread slot inside leaves nrcs; the process's files stay
+            s.append("  if :: th[0] == 4 -> nrcs-- :: else fi; if :: th[1] == 4 -> nrcs-- :: else fi;")
+            s.append("  th[0] = 0; th[1] = 0; jf = 0;")
+            if a.prio:
+                s.append(f"  owe[{me - NW}] = 0; owj[{2 * (me - NW)}] = 0; owj[{2 * (me - NW) + 1}] = 0;")
+        elif reader:
             s.append(f"  if :: st[{me}] == CS -> nrcs-- :: else fi;")
             if a.prio:
                 s.append(f"  owe[{me - NW}] = 0;")
@@ -399,6 +412,8 @@ inline qremove(o) {{
             l.append("bit v7;")
         if fixed and reader is True and a.v10:
             l.append("byte v10; byte v10i;")
+        if fixed and reader is True and a.v11:
+            l.append("byte th[2]; bit jf;")
         if fixed and reader is False and a.v2:
             l.append("bit v2;")
         if fixed and reader is False and a.tokens:
@@ -708,6 +723,62 @@ inline qremove(o) {{
         w("endstop: skip")
         w("}")
 
+    def rhold(me, r, SO, SST):
+        """V11: the reader process holds its marker SO for two thread slots th[0], th[1]
+        (0 out, 1 joined: count + 1, the listing to do, 2 the first of two looks passed
+        (scan 1, 2), 3 the listing passed, the marker check to do, 4 inside).  The marker's
+        holder count is the number of slots not out.  Slot 0 is inside (it made the marker).
+        A slot that is out joins while the other is not out; a failed join or a leave that
+        brings the count to 0 unlinks the marker and the process is idle again.  jf: a join
+        failed in this hold; no slot starts a join after that (a failed join that leaves the
+        count > 0 changes nothing but the joiner's own slot, so no state is lost, and the
+        hold then drains: under Spin's weak fairness, which is per process, a slot failing
+        its joins forever would otherwise keep the other slot inside forever)."""
+        unlink = (f"if :: {SO} -> {SO} = 0; nS--" + (f"; {SST} = 0" if LM else "") + " :: else fi; "
+                  + (f"hb[{me}] = 0; " if HB else ""))
+        w("Rhold:")
+        w("    do")
+        for i in (0, 1):
+            o = 1 - i
+            J = f"owj[{2 * r + i}]"
+            owe_reset = f"{J} = 0; " if a.prio else ""
+
+            def fail(state, cond, why):
+                w(f"    :: d_step {{ th[{i}] == {state} && !({cond}) && th[{o}] != 0 -> th[{i}] = 0; jf = 1; {owe_reset}"
+                  + P(me, f"V11 thread {i}: {why}: join fails, count - 1 > 0 (the marker stays)") + " }")
+                w(f"    :: d_step {{ th[{i}] == {state} && !({cond}) && th[{o}] == 0 -> th[{i}] = 0; jf = 0; {owe_reset}"
+                  f"st[{me}] = IDLE; {unlink}"
+                  + P(me, f"V11 thread {i}: {why}: join fails, count 0: unlink own .slave_lock") + " }; goto endidle")
+            w(f"    :: d_step {{ th[{i}] == 0 && th[{o}] != 0 && !jf -> th[{i}] = 1; "
+              + (f"{J} = {live_writer_mask()}; " if a.prio else "")
+              + P(me, f"V11 thread {i}: the process's marker has count > 0: count + 1 (join)") + " }")
+            if a.v11_mutant:   # MUTANT: the join does not list the directory
+                w(f"    :: d_step {{ th[{i}] == 1 -> th[{i}] = 3; " + P(me, f"V11 MUTANT thread {i}: no listing") + " }")
+            elif a.scan == 0:
+                w(f"    :: d_step {{ th[{i}] == 1 && M == 0 && Q[0] == 0 -> th[{i}] = 3; "
+                  + P(me, f"V11 thread {i}: listdir: no .master_lock, no pending") + " }")
+                fail(1, "M == 0 && Q[0] == 0", "listdir: .master_lock or pending present")
+            else:
+                first, second = (("Q[0] == 0", "readdir: no pending"), ("M == 0", "lstat .master_lock: ENOENT"))
+                if a.scan == 2:
+                    first, second = second, first
+                w(f"    :: d_step {{ th[{i}] == 1 && {first[0]} -> th[{i}] = 2; " + P(me, f"V11 thread {i}: {first[1]}") + " }")
+                fail(1, first[0], "first look: a writer's file present")
+                w(f"    :: d_step {{ th[{i}] == 2 && {second[0]} -> th[{i}] = 3; " + P(me, f"V11 thread {i}: {second[1]}") + " }")
+                fail(2, second[0], "second look: a writer's file present")
+            w(f"    :: d_step {{ th[{i}] == 3 && {SO} -> "
+              + ("assert(nwcs == 0); " if a.mutex and not a.ww_only else "")
+              + (f"assert({J} == 0); " if a.prio else "")
+              + ("assert(0); " if a.v11_probe == "join" else "")
+              + f"th[{i}] = 4; nrcs++; "
+              + P(me, f"V11 thread {i}: fstatat own .slave_lock: still there: ENTER (read, shared marker)") + " }")
+            fail(3, SO, "fstatat own .slave_lock: gone")
+            w(f"    :: d_step {{ th[{i}] == 4 && th[{o}] != 0 -> th[{i}] = 0; nrcs--; "
+              + P(me, f"V11 thread {i}: leave, count - 1 > 0 (the marker stays)") + " }")
+            w(f"    :: d_step {{ th[{i}] == 4 && th[{o}] == 0 -> th[{i}] = 0; nrcs--; jf = 0; st[{me}] = IDLE; {unlink}"
+              + P(me, f"V11 thread {i}: leave, count 0: unlink own .slave_lock") + " }; goto endidle")
+        w("    od")
+
     # ----------------------------------------------------------- readers
     for me in range(NW, NP):
         r = me - NW
@@ -722,6 +793,8 @@ inline qremove(o) {{
         if HB:  # variant old: the heartbeat refreshes the marker only once the reader is inside
             release = (f"if :: d_step {{ !hb[{me}] -> hb[{me}] = 1; {SST} = 0; " + P(me, "heartbeat: touch .slave_lock (own fd)")
                        + " } :: skip fi; " + release)
+        # V11: the ENTER of the thread that made the marker (slot 0); the hold loop (Rhold) follows
+        enter0 = enter.replace("nrcs++; ", "th[0] = 4; nrcs++; ") if a.v11 else enter
         w(f"\nactive proctype {name(me)}() {{")
         w("  " + locals_(True))
         w("endidle:\n  do\n  :: {")
@@ -786,8 +859,11 @@ inline qremove(o) {{
             w(f"    skip; d_step {{ {SO} = 1; nS++; {clr(SST)}" + P(me, "create .slave_lock (announce)") + " };")
             if a.scan == 0:
                 w("    if")
-                w("    :: " + enter.replace("{cond}", "M == 0 && Q[0] == 0").replace("{msg}", "listdir: no .master_lock, no pending") + ";")
-                w("       " + release + "; goto endidle")
+                if a.v11:
+                    w("    :: " + enter0.replace("{cond}", "M == 0 && Q[0] == 0").replace("{msg}", "listdir: no .master_lock, no pending") + "; goto Rhold")
+                else:
+                    w("    :: " + enter.replace("{cond}", "M == 0 && Q[0] == 0").replace("{msg}", "listdir: no .master_lock, no pending") + ";")
+                    w("       " + release + "; goto endidle")
                 w(f"    :: d_step {{ !(M == 0 && Q[0] == 0) -> " + P(me, "listdir: .master_lock or pending present") + " }")
                 w("    fi;")
             else:
@@ -795,8 +871,11 @@ inline qremove(o) {{
                 if a.scan == 2:
                     first, second = second, first
                 w(f"    if :: d_step {{ {first[0]} -> " + P(me, first[1]) + " }")
-                w(f"       if :: {enter.replace('{cond}', second[0]).replace('{msg}', second[1])};")
-                w(f"             {release}; goto endidle")
+                if a.v11:
+                    w(f"       if :: {enter0.replace('{cond}', second[0]).replace('{msg}', second[1])}; goto Rhold")
+                else:
+                    w(f"       if :: {enter.replace('{cond}', second[0]).replace('{msg}', second[1])};")
+                    w(f"             {release}; goto endidle")
                 w(f"          :: d_step {{ !({second[0]}) -> skip }}")
                 w("       fi")
                 w(f"    :: d_step {{ !({first[0]}) -> skip }}")
@@ -804,6 +883,8 @@ inline qremove(o) {{
             w(f"    d_step {{ {SO} = 0; nS--; {clr(SST)}" + ("v7 = 0; " if a.v7 != "off" else "")
               + P(me, "back off: unlink own .slave_lock") + " };")
             w("    goto Rwait")
+            if a.v11:
+                rhold(me, r, SO, SST)
         else:
             nomo = " && ".join(f"!MO[{k}]" for k in range(NW * NINC)) or "1"
             w(f"    d_step {{ {nomo} && Q[0] == 0 -> " + P(me, "listdir: no .master_lock*, no pending") + " };")
@@ -1024,6 +1105,16 @@ def main():
                          "decides as before")
     ap.add_argument("--v10-probe", choices=["off", "arm", "skip"], default="off",
                     help="reachability probe for --v10: assert(0) where V10 arms, or where it skips R1")
+    ap.add_argument("--v11", action="store_true",
+                    help="variant V11: threads of one reader process share its marker. After its ENTER a reader "
+                         "process holds its .slave_lock for two thread slots; a slot that is out joins while the "
+                         "other is not out (holder count > 0): count + 1, list the directory as R3 does, check "
+                         "that the marker is still there, enter; a failed join decrements the count and, at 0, "
+                         "unlinks the marker; the slot that brings the count to 0 by leaving unlinks it")
+    ap.add_argument("--v11-probe", choices=["off", "join"], default="off",
+                    help="reachability probe for --v11: assert(0) where a join succeeds")
+    ap.add_argument("--v11-mutant", action="store_true",
+                    help="sanity mutation of --v11: the join skips the listing (writer priority must fail)")
     ap.add_argument("--tokens", type=int, default=0, metavar="K",
                     help="model the fencing token (§3.7) with token numbers 1..K; a writer that finds .token-K "
                          "releases and stops for good (bounds the number of write grants)")
@@ -1067,6 +1158,10 @@ def main():
         ap.error("--v8-probe needs --v8 on")
     if a.v10_probe != "off" and not a.v10:
         ap.error("--v10-probe needs --v10")
+    if (a.v11_probe != "off" or a.v11_mutant) and not a.v11:
+        ap.error("--v11-probe/--v11-mutant need --v11")
+    if a.v11 and (a.proto != "fixed" or a.once or a.gate or a.leave):
+        ap.error("--v11 needs --proto fixed and no scenario options (--once, --gate, --leave)")
     if a.v10 and a.proto != "fixed":
         ap.error("--v10 needs --proto fixed")
     if a.v9 != "off" and (a.v8 != "on" or not a.v2):

@@ -275,8 +275,18 @@ for _b in [f"F{i}" for i in range(1, 9)] + [f"L{i}" for i in range(1, 5)] \
 for _b in [f"F{i}" for i in range(1, 9)] + [f"L{i}" for i in range(1, 5)] + ["MF1", "MF7", "ML1", "ML2"]:
     _c = _BASE[_b]
     _t = "q" if _b in ("F3", "F7", "L4") else "a" if _b in ("F2", "F4", "F5") else "f"
-    CONFIGS.append((f"{_b}-V10", f"{_c[1]}; shortcut V10", f"{_c[2]} --v10", _c[3], "PASS", _t))
+    # F6 (R3 reads .master_lock, then the pending files): V10 alone fails writer priority, as
+    # found on 2026-12-02: a woken reader announces while an older writer still waits, and that
+    # writer creates .master_lock and removes its pending file (W3) between the reader's two
+    # looks. V10 ships only with V8, which keeps the pending file until the release: F6-V810
+    # and F6-Vall7 (every shortcut but V7, which F6 excludes by design) must pass.
+    CONFIGS.append((f"{_b}-V10", f"{_c[1]}; shortcut V10", f"{_c[2]} --v10", _c[3],
+                    "FAIL" if _b == "F6" else "PASS", _t))
     if _b == "F6":   # V7 fails F6 by design
+        CONFIGS.append((f"{_b}-V810", f"{_c[1]}; shortcuts V8+V10", f"{_c[2]} --v8 on --v10", _c[3],
+                        "PASS", "f"))
+        CONFIGS.append((f"{_b}-Vall7", f"{_c[1]}; shortcuts V1+V2+V5+V6+V8+V9+V10 (all but V7)",
+                        f"{_c[2]} --v1 wake --v2 --v5 --v6 --v8 on --v9 on --v10", _c[3], "PASS", "f"))
         continue
     CONFIGS.append((f"{_b}-Vall", f"{_c[1]}; shortcuts V1+V2+V5+V6+V7+V8+V9+V10",
                     f"{_c[2]} --v1 wake --v2 --v5 --v6 --v7 on --v8 on --v9 on --v10", _c[3], "PASS",
@@ -294,6 +304,41 @@ CONFIGS += [
      "(reachable: must FAIL)", "--nw 2 --nr 1 --crash 0 --fifo --v8 on --v8-probe behind", "bfs", "FAIL", "q"),
     ("L1-V8m", "V8 mutant: the pending file stays after the grant (its live owner stops): the writer behind waits forever (L1)",
      "--nw 2 --nr 2 --crash 1 --v8 keep", "ltl:wlive", "FAIL", "q"),
+]
+# V11 (threads of one process share one reader marker: a thread that finds its process's live
+# marker joins it, count + 1, lists the directory as R3 does, checks that the marker is still
+# its own, and is in; the last one out unlinks it): alone, and with every shortcut (Vall11);
+# F6 with every shortcut but V7 (Vall711), as F6-Vall7
+_V11_Q = {"F1", "F3", "F6", "F7", "F8", "L2", "L4", "MF7"}
+for _b in ["F1", "F3", "F5", "F6", "F7", "F8", "L1", "L2", "L4", "MF1", "MF7", "ML1"]:
+    _c = _BASE[_b]
+    # F6 (R3 reads .master_lock, then the pending files): V11 alone fails writer priority, as
+    # V10 alone does: a joining thread reads .master_lock (absent) while an older writer
+    # waits, the writer creates .master_lock and removes its pending file (W3), and the
+    # thread reads no pending file and is in. With V8 (the pending file stays until the
+    # release), F6-V811 and F6-Vall711 must pass.
+    CONFIGS.append((f"{_b}-V11", f"{_c[1]}; shortcut V11", f"{_c[2]} --v11", _c[3],
+                    "FAIL" if _b == "F6" else "PASS", "q" if _b in _V11_Q else "f"))
+    if _b in ("F1", "F3", "F7", "F8", "L1", "L2", "L4", "MF7"):
+        CONFIGS.append((f"{_b}-Vall11", f"{_c[1]}; shortcuts V1+V2+V5+V6+V7+V8+V9+V10+V11",
+                        f"{_c[2]} --v1 wake --v2 --v5 --v6 --v7 on --v8 on --v9 on --v10 --v11", _c[3], "PASS",
+                        "f" if _b in ("F3", "F8", "L4") else "a"))
+    # The writer's shortcuts with V11 (Vw11: V2+V5+V6+V8+V9+V11): the join reads only
+    # what writers make (.master_lock, the pending files), so these are the shortcuts it
+    # meets; the reader's own (V1, V7, V10) act in R1, which a join never runs.
+    CONFIGS.append((f"{_b}-Vw11", f"{_c[1]}; shortcuts V2+V5+V6+V8+V9+V11",
+                    f"{_c[2]} --v2 --v5 --v6 --v8 on --v9 on --v11", _c[3], "PASS",
+                    "q" if _b in ("F3", "F8", "L4") else "f"))
+    if _b == "F6":   # V7 fails F6 by design
+        CONFIGS.append((f"{_b}-V811", f"{_c[1]}; shortcuts V8+V11", f"{_c[2]} --v8 on --v11", _c[3],
+                        "PASS", "f"))
+        CONFIGS.append((f"{_b}-Vall711", f"{_c[1]}; shortcuts V1+V2+V5+V6+V8+V9+V10+V11 (all but V7)",
+                        f"{_c[2]} --v1 wake --v2 --v5 --v6 --v8 on --v9 on --v10 --v11", _c[3], "PASS", "f"))
+CONFIGS += [
+    ("V11p", "V11 probe: a thread joins its process's marker and enters (reachable: must FAIL)",
+     "--nw 1 --nr 1 --crash 0 --v11 --v11-probe join", "bfs", "FAIL", "q"),
+    ("V11m", "V11 mutant: the join does not list the directory: a joining thread overtakes a waiting writer (2W+1R)",
+     "--nw 2 --nr 1 --crash 0 --v11 --v11-mutant", "bfs", "FAIL", "q"),
 ]
 _TL = "--nr 0 --crash 0 --lease --no-prio --no-mutex --no-victim --no-own-entry --no-own-unlink --tokens 4 --tok-lost"
 CONFIGS += [
