@@ -1,13 +1,14 @@
-//! Micro benchmarks of one process, no contention (BENCHMARKS.md, tables 1 and 2).
+//! Micro benchmarks of one process, no contention (BENCHMARKS.md, tables 1, 2 and 10).
 //!
 //! First divan runs every case (`uncontended::*`, `many_files::*`), each next to std's
 //! `File::lock`/`File::lock_shared` and to the raw file-operation floor. Then a ratio
 //! pass runs all cases again in interleaved rounds (a fresh shuffle each round, so noise
 //! hits every case alike), takes each ratio inside a round, and prints the medians as
-//! markdown tables with the targets of issue #5.
+//! markdown tables with the targets of issue #5. Last, threads of this process read
+//! one directory at once, with reads sharing one reader's file and without (table 10).
 //!
 //! `RWDIR_BENCH_QUICK=1` makes a short smoke run. `RWDIR_BENCH_SKIP_DIVAN=1` runs only
-//! the ratio pass.
+//! the ratio pass and the threads; `RWDIR_BENCH_ONLY_THREADS=1` only the threads.
 
 #![allow(clippy::disallowed_methods)]
 
@@ -459,9 +460,118 @@ fn ratio_pass() -> Vec<Target> {
     targets
 }
 
+/// How a thread takes its read lock in [`threads_pass`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ThreadRead {
+    /// `DirLock::read` + release, reads of the process sharing one reader's file (V11).
+    Shared,
+    /// The same with `Builder::share_readers(false)`: a file per read.
+    Apart,
+    /// std: `File::lock_shared` + unlock on a descriptor of the thread's own.
+    Flock,
+}
+
+/// `threads` threads of this process, each with a lock handle of its own, read in a loop
+/// (acquire, release) for `window`: grants per second, all threads together.
+fn threads_reading(dir: &Path, how: ThreadRead, threads: usize, window: Duration) -> f64 {
+    let barrier = std::sync::Barrier::new(threads);
+    let counts: Vec<u64> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    let mut op: Box<dyn FnMut()> = match how {
+                        ThreadRead::Flock => make(Op::StdShared, dir),
+                        _ => {
+                            let lock = DirLock::builder(dir)
+                                .share_readers(how == ThreadRead::Shared)
+                                .build()
+                                .expect("DirLock");
+                            Box::new(move || lock.read().expect("read").release().expect("rel"))
+                        }
+                    };
+                    barrier.wait();
+                    let start = Instant::now();
+                    let mut n = 0u64;
+                    while start.elapsed() < window {
+                        op();
+                        n += 1;
+                    }
+                    n
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("reader thread"))
+            .collect()
+    });
+    counts.iter().sum::<u64>() as f64 / window.as_secs_f64()
+}
+
+/// Threads of one process reading one directory at once (BENCHMARKS.md, table 10): rwdir
+/// with reads sharing one reader's file (the default), with a file per read, and std
+/// flock, in interleaved rounds.
+fn threads_pass() {
+    let quick = common::quick();
+    let (rounds, window, counts): (usize, _, &[usize]) = if quick {
+        (2, Duration::from_millis(50), &[1, 4])
+    } else {
+        (5, Duration::from_millis(300), &[1, 2, 4, 8, 16])
+    };
+    println!(
+        "## Threads of one process reading at once: {rounds} interleaved rounds × {window:?} per case\n"
+    );
+    for loc in Loc::available() {
+        println!(
+            "### Read grants per second, all threads together, at `{loc}` (median [min–max] over rounds)\n"
+        );
+        let dir = loc.fresh_dir();
+        let mut t = Table::new(&[
+            "threads",
+            "rwdir, shared file",
+            "rwdir, a file per read",
+            "× (shared / a file per read)",
+            "std lock_shared",
+        ]);
+        for &n in counts {
+            let mut rates: HashMap<&str, Vec<f64>> = HashMap::new();
+            for _ in 0..rounds {
+                for (name, how) in [
+                    ("shared", ThreadRead::Shared),
+                    ("apart", ThreadRead::Apart),
+                    ("flock", ThreadRead::Flock),
+                ] {
+                    let r = threads_reading(dir.path(), how, n, window);
+                    rates.entry(name).or_default().push(r);
+                }
+            }
+            let per_round: Vec<f64> = rates["shared"]
+                .iter()
+                .zip(&rates["apart"])
+                .map(|(a, b)| a / b)
+                .collect();
+            t.row(vec![
+                n.to_string(),
+                common::spread(&rates["shared"], common::sig3),
+                common::spread(&rates["apart"], common::sig3),
+                common::times(common::median(&per_round)),
+                common::spread(&rates["flock"], common::sig3),
+            ]);
+        }
+        t.print();
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let listing = args.iter().any(|a| a == "--list" || a == "--test");
+    if std::env::var_os("RWDIR_BENCH_ONLY_THREADS").is_some() {
+        if !listing {
+            threads_pass();
+        }
+        return;
+    }
     if std::env::var_os("RWDIR_BENCH_SKIP_DIVAN").is_none() {
         let mut d = divan::Divan::from_args();
         if common::quick() {
@@ -474,6 +584,7 @@ fn main() {
     }
     if !listing {
         let targets = ratio_pass();
+        threads_pass();
         println!("### Targets of issue #5 measured by this binary\n");
         common::print_targets(&targets);
     }

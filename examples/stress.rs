@@ -8,7 +8,7 @@
 //! ```
 //!
 //! DIR defaults to a fresh temporary directory. The example re-runs itself as worker
-//! processes (`--worker read|write DIR LOG ID LEASE_MS HOLD_MIN_MS HOLD_MAX_MS`), which
+//! processes (`--worker read|write DIR LOG ID LEASE_MS HOLD_MIN_MS HOLD_MAX_MS THREADS`), which
 //! loop: acquire, log `E`, hold for a short random time, log `X`, release. Writers
 //! sometimes downgrade to a reader before releasing (logged as `D`), and readers
 //! sometimes use a short timeout.
@@ -35,6 +35,10 @@
 //!   workers is pid 1 in its namespace, so pids collide: the log names workers by a
 //!   unique id (`r0`, `w2`, ...), and each worker logs its identity first
 //!   (`I <pidns inode> <pid>`).
+//!
+//! `--reader-threads T` runs each reader process's loop on T threads, logged as `r3`,
+//! `r3.1`, …: threads of one process share one reader's file whenever their holds overlap
+//! (V11, docs/protocol-notes.md), and the checker sees each thread as a reader of its own.
 //!
 //! `--pidns` and `--lease` work without `--hold` too. Without these flags the run is the
 //! default mode, unchanged.
@@ -115,6 +119,9 @@ pub struct Options {
     pub hold: Option<(Duration, Duration)>,
     /// How many workers run each in a pid namespace of its own (`--pidns`).
     pub pidns: usize,
+    /// Threads per reader process (`--reader-threads`), each with its own reads: threads
+    /// of one process share one reader's file (V11).
+    pub reader_threads: usize,
 }
 
 impl Options {
@@ -128,6 +135,7 @@ impl Options {
             lease: None,
             hold: None,
             pidns: 0,
+            reader_threads: 1,
         }
     }
 }
@@ -145,11 +153,13 @@ pub struct Worker {
     /// Whether the runner starts it in a pid namespace of its own (not an argument: the
     /// runner wraps the command).
     pub own_pidns: bool,
+    /// A reader's threads, each logged as `<id>` (the first) or `<id>.<k>`.
+    pub threads: usize,
 }
 
 impl Worker {
-    /// `read|write DIR LOG ID LEASE_MS HOLD_MIN_MS HOLD_MAX_MS`, the arguments after
-    /// `--worker` (0 for no lease, `0 0` for the default mode's holds).
+    /// `read|write DIR LOG ID LEASE_MS HOLD_MIN_MS HOLD_MAX_MS THREADS`, the arguments
+    /// after `--worker` (0 for no lease, `0 0` for the default mode's holds).
     pub fn to_args(&self) -> Vec<OsString> {
         let ms = |d: Option<Duration>| OsString::from(d.map_or(0, |d| d.as_millis()).to_string());
         vec![
@@ -160,11 +170,12 @@ impl Worker {
             ms(self.lease),
             ms(self.hold.map(|h| h.0)),
             ms(self.hold.map(|h| h.1)),
+            OsString::from(self.threads.to_string()),
         ]
     }
 
     pub fn from_args(args: &[OsString]) -> Option<Worker> {
-        let [kind, dir, log, id, lease, min, max] = args else {
+        let [kind, dir, log, id, lease, min, max, threads] = args else {
             return None;
         };
         let write = match kind.to_str()? {
@@ -182,6 +193,7 @@ impl Worker {
             lease: (!lease.is_zero()).then_some(lease),
             hold: (!max.is_zero()).then_some((min, max)),
             own_pidns: false,
+            threads: threads.to_str()?.parse().ok().filter(|t| *t > 0)?,
         })
     }
 }
@@ -582,27 +594,61 @@ pub fn worker_main(w: &Worker) -> Result<(), String> {
                 }
             }
         } else {
-            std::thread::sleep(rng.micros(3_000));
-            let g = if rng.below(4) == 0 {
-                match lock.try_read_for(Duration::from_millis(5)) {
-                    Err(Error::TimedOut { .. }) => continue,
-                    r => r.map_err(err)?,
-                }
-            } else {
-                lock.read().map_err(err)?
-            };
-            log("E R")?;
-            std::thread::sleep(match w.hold {
-                None => rng.micros(5_000),
-                Some((min, max)) => rng.between(min, max),
+            // Each thread of a reader process reads on its own; they share one reader's
+            // file whenever their holds overlap (V11).
+            return std::thread::scope(|s| {
+                let threads: Vec<_> = (1..w.threads)
+                    .map(|k| {
+                        let (lock, file, stop) = (lock.clone(), &file, &stop);
+                        s.spawn(move || reader_loop(w, &lock, file, &format!("{}.{k}", w.id), stop))
+                    })
+                    .collect();
+                let mine = reader_loop(w, &lock, &file, &w.id, &stop);
+                threads
+                    .into_iter()
+                    .map(|t| {
+                        t.join()
+                            .unwrap_or_else(|_| Err("a reader thread panicked".into()))
+                    })
+                    .fold(mine, Result::and)
             });
-            if let Err(e) = g.check() {
-                lost("check", e)?;
+        }
+    }
+    Ok(())
+}
+
+/// One reader thread's loop, logged as `id`, until `stop`.
+fn reader_loop(
+    w: &Worker,
+    lock: &DirLock,
+    file: &File,
+    id: &str,
+    stop: &AtomicBool,
+) -> Result<(), String> {
+    let log = |line: &str| log(file, id, line);
+    let lost = |what: &str, e: Error| log(&format!("L {what}: {e}"));
+    let mut rng = Rng::new(id);
+    while !stop.load(Ordering::SeqCst) {
+        std::thread::sleep(rng.micros(3_000));
+        let g = if rng.below(4) == 0 {
+            match lock.try_read_for(Duration::from_millis(5)) {
+                Err(Error::TimedOut { .. }) => continue,
+                r => r.map_err(|e| e.to_string())?,
             }
-            log("X R")?;
-            if let Err(e) = g.release() {
-                lost("release", e)?;
-            }
+        } else {
+            lock.read().map_err(|e| e.to_string())?
+        };
+        log("E R")?;
+        std::thread::sleep(match w.hold {
+            None => rng.micros(5_000),
+            Some((min, max)) => rng.between(min, max),
+        });
+        if let Err(e) = g.check() {
+            lost("check", e)?;
+        }
+        log("X R")?;
+        if let Err(e) = g.release() {
+            lost("release", e)?;
         }
     }
     Ok(())
@@ -656,6 +702,7 @@ pub fn workers(opts: &Options, log: &std::path::Path) -> Vec<Worker> {
                 lease: opts.lease,
                 hold: opts.hold,
                 own_pidns: false,
+                threads: if write { 1 } else { opts.reader_threads.max(1) },
             }
         })
         .collect();
@@ -690,6 +737,9 @@ pub fn run(
         opts.duration.as_secs_f64(),
         opts.dir.display()
     )?;
+    if opts.reader_threads > 1 {
+        write!(out, " ({} threads each)", opts.reader_threads)?;
+    }
     if let Some(lease) = opts.lease {
         write!(out, ", lease {} s", lease.as_secs_f64())?;
     }
@@ -835,7 +885,7 @@ pub fn run(
 }
 
 const USAGE: &str = "usage: stress [--readers N] [--writers N] [--seconds S] \
-                     [--lease S] [--hold A..B] [--pidns N] [DIR]";
+                     [--lease S] [--hold A..B] [--pidns N] [--reader-threads T] [DIR]";
 
 /// Seconds, fractions allowed.
 fn secs(s: &str) -> Option<Duration> {
@@ -857,12 +907,16 @@ fn parse(args: &[OsString]) -> Result<(Options, Option<tempfile::TempDir>), Stri
         };
         let bad = |name: &str| format!("bad value for {name}\n{USAGE}");
         match a.to_str() {
-            Some(n @ ("--readers" | "--writers" | "--seconds" | "--pidns")) => {
+            Some(
+                n @ ("--readers" | "--writers" | "--seconds" | "--pidns" | "--reader-threads"),
+            ) => {
                 let v: u64 = value(n)?.parse().map_err(|_| bad(n))?;
                 match n {
                     "--readers" => opts.readers = v as usize,
                     "--writers" => opts.writers = v as usize,
                     "--seconds" => opts.duration = Duration::from_secs(v),
+                    "--reader-threads" if v > 0 => opts.reader_threads = v as usize,
+                    "--reader-threads" => return Err(bad(n)),
                     _ => opts.pidns = v as usize,
                 }
             }

@@ -24,6 +24,9 @@ pub(crate) struct Config {
     pub(crate) allow_unsafe_fs: bool,
     /// `Builder::cache_window`: overrides the filesystem kind's cache window.
     pub(crate) cache_window: Option<std::time::Duration>,
+    /// `Builder::share_readers`: whether a read may join a reader's file this process
+    /// already holds (V11, docs/protocol-notes.md).
+    pub(crate) share_readers: bool,
 }
 
 impl Config {

@@ -2,7 +2,7 @@
 //! and notices when it is lost (docs/protocol.md §3.3, §3.8).
 
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -39,10 +39,14 @@ pub(crate) struct Held {
     queue: Mutex<Option<(LockName, OwnedFd)>>,
     /// The process that created the file; a forked child never releases it.
     owner_pid: u32,
-    /// This guard in the records of the guards held by each thread (self-deadlock
-    /// check); `None` for a guard taken by a task (`DirLock::read_async`): tasks are not
-    /// threads, and many tasks of one thread hold guards independently.
-    mark: Option<owned::Mark>,
+    /// How many guards hold the file, with the reads that are joining it (V11,
+    /// [`share`]): 1 at the grant. The guard that brings it to 0 releases the file; once
+    /// 0, nobody joins any more. An atomic, not a lock: a forked child's copy of a guard
+    /// counts itself out without a lock another thread of the parent may have held at
+    /// the fork.
+    sharers: AtomicUsize,
+    /// Whether [`share::offer`] listed the file for joins (withdrawn at the release).
+    offered: AtomicBool,
     /// Set once the file is found gone or replaced, or the watchdog ran out (shared
     /// with `mark`). Never cleared: the heartbeat stops renewing a lost file.
     lost: Arc<AtomicBool>,
@@ -79,21 +83,14 @@ fn clock_at(at: Instant) -> u64 {
 }
 
 impl Held {
-    /// A held lock file; `by_thread`: taken by the calling thread (the blocking API),
-    /// which then counts it as its own (`crate::owned`).
-    pub(crate) fn new(sd: Arc<StateDir>, cfg: Arc<Config>, own: Own, by_thread: bool) -> Arc<Held> {
-        let kind = match own.name {
-            LockName::Master => Kind::Write,
-            _ => Kind::Read,
-        };
+    /// A held lock file, held by one guard.
+    pub(crate) fn new(sd: Arc<StateDir>, cfg: Arc<Config>, own: Own) -> Arc<Held> {
         let lost = Arc::new(AtomicBool::new(false));
         // The grant is the first renewal: `touched` is when the last touch of the file
         // (at the grant for a writer, at its creation or while waiting for a reader)
         // started.
         let renewed = AtomicU64::new(clock_at(*own.touched.lock()));
         let watchdog = sd.is_remote().then(|| Held::watchdog(cfg.lease));
-        let mark =
-            by_thread.then(|| owned::Mark::new(&sd, kind, own.name, Arc::clone(&lost), own.pid));
         let held = Arc::new(Held {
             sd,
             cfg,
@@ -104,7 +101,8 @@ impl Held {
             queue: Mutex::new(own.queue),
             fd: Mutex::new(Some(own.created.fd)),
             owner_pid: own.pid,
-            mark,
+            sharers: AtomicUsize::new(1),
+            offered: AtomicBool::new(false),
             lost,
             why: OnceLock::new(),
             renewed,
@@ -119,6 +117,46 @@ impl Held {
 
     fn path(&self) -> std::path::PathBuf {
         self.sd.path_of(&self.name)
+    }
+
+    fn kind(&self) -> Kind {
+        match self.name {
+            LockName::Master => Kind::Write,
+            _ => Kind::Read,
+        }
+    }
+
+    /// Records the file as held by the calling thread too (the self-deadlock check,
+    /// `crate::owned`): each guard taken by a thread carries its own mark.
+    fn mark(&self) -> owned::Mark {
+        owned::Mark::new(
+            &self.sd,
+            self.kind(),
+            self.name,
+            Arc::clone(&self.lost),
+            self.owner_pid,
+        )
+    }
+
+    /// Counts one more guard (or joining read) in, unless the file is already being
+    /// released, released, or lost.
+    fn join(&self) -> bool {
+        if self.released.load(Ordering::Acquire) || self.is_lost() {
+            return false;
+        }
+        self.sharers
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n > 0).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    /// Counts one guard (or joining read) out: whether it was the last, which must then
+    /// release the file.
+    fn leave(&self) -> bool {
+        self.sharers
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            == Ok(1)
     }
 
     /// How long a lock file of `lease` may go without a completed renewal before it
@@ -221,8 +259,8 @@ impl Held {
         {
             return Ok(());
         }
-        if let Some(mark) = &self.mark {
-            mark.forget();
+        if self.offered.swap(false, Ordering::AcqRel) {
+            share::withdrawn();
         }
         let done = self.release_file();
         // V8: our queue file goes after `.master_lock`, whatever became of that: its name
@@ -407,8 +445,8 @@ macro_rules! guard_methods {
                 "# Ok::<(), Box<dyn std::error::Error>>(())\n",
                 "```"
             )]
-            pub fn release(self) -> Result<()> {
-                let r = self.held.release();
+            pub fn release(mut self) -> Result<()> {
+                let r = self.leave();
                 drop(self);
                 r
             }
@@ -516,7 +554,9 @@ macro_rules! guard_methods {
 
         impl Drop for $guard {
             fn drop(&mut self) {
-                let _ = self.held.release();
+                if !self.left {
+                    let _ = self.leave();
+                }
             }
         }
     };
@@ -540,7 +580,14 @@ macro_rules! guard_methods {
 #[clippy::has_significant_drop]
 #[derive(Debug)]
 pub struct ReadGuard {
+    /// The reader's file, maybe shared with other read guards of this process (V11).
     held: Arc<Held>,
+    /// This guard in the records of the guards held by each thread (self-deadlock
+    /// check); `None` for a guard taken by a task (`DirLock::read_async`): tasks are not
+    /// threads, and many tasks of one thread hold guards independently.
+    mark: Option<owned::Mark>,
+    /// Whether [`ReadGuard::leave`] ran (an explicit release, before the drop).
+    left: bool,
 }
 
 /// An exclusive (write) lock on a directory. Released when dropped.
@@ -563,11 +610,46 @@ pub struct ReadGuard {
 pub struct WriteGuard {
     held: Arc<Held>,
     token: u64,
+    /// As [`ReadGuard`]'s.
+    mark: Option<owned::Mark>,
+    /// Whether [`WriteGuard::leave`] ran.
+    left: bool,
 }
 
 impl ReadGuard {
-    pub(crate) fn new(held: Arc<Held>) -> ReadGuard {
-        ReadGuard { held }
+    /// The guard of a reader's file just granted; `by_thread`: taken by the calling
+    /// thread (the blocking API), which then counts it as its own (`crate::owned`). Other
+    /// reads of this process may join the file from now on ([`share`]).
+    pub(crate) fn new(held: Arc<Held>, by_thread: bool) -> ReadGuard {
+        share::offer(&held);
+        ReadGuard::joined(held, by_thread)
+    }
+
+    /// A guard on a reader's file that [`share::join`] counted it in on.
+    pub(crate) fn joined(held: Arc<Held>, by_thread: bool) -> ReadGuard {
+        let mark = by_thread.then(|| held.mark());
+        ReadGuard {
+            held,
+            mark,
+            left: false,
+        }
+    }
+
+    /// Leaves the lock (R5): the last guard on the file releases it; the others only
+    /// report a loss.
+    fn leave(&mut self) -> Result<()> {
+        self.left = true;
+        if let Some(mark) = &self.mark {
+            mark.forget();
+        }
+        // In a forked child, the last one out calls a release that does nothing there.
+        if self.held.leave() {
+            self.held.release()
+        } else if self.held.is_lost() {
+            Err(self.held.lost_before())
+        } else {
+            Ok(())
+        }
     }
 }
 
@@ -580,8 +662,25 @@ guard_methods!(
 );
 
 impl WriteGuard {
-    pub(crate) fn new(held: Arc<Held>, token: u64) -> WriteGuard {
-        WriteGuard { held, token }
+    /// The guard of `.master_lock` just granted with `token`; `by_thread` as for
+    /// [`ReadGuard::new`].
+    pub(crate) fn new(held: Arc<Held>, token: u64, by_thread: bool) -> WriteGuard {
+        let mark = by_thread.then(|| held.mark());
+        WriteGuard {
+            held,
+            token,
+            mark,
+            left: false,
+        }
+    }
+
+    /// Leaves the lock (W8).
+    fn leave(&mut self) -> Result<()> {
+        self.left = true;
+        if let Some(mark) = &self.mark {
+            mark.forget();
+        }
+        self.held.release()
     }
 
     /// The fencing token of this grant (docs/protocol.md §3.7): unique and strictly growing
@@ -656,20 +755,112 @@ impl WriteGuard {
             pid: record.pid,
             touched: parking_lot::Mutex::new(started),
         };
-        let reader = ReadGuard {
-            held: Held::new(
-                Arc::clone(&held.sd),
-                Arc::clone(&held.cfg),
-                own,
-                held.mark.is_some(),
-            ),
-        };
+        let reader = ReadGuard::new(
+            Held::new(Arc::clone(&held.sd), Arc::clone(&held.cfg), own),
+            self.mark.is_some(),
+        );
         self.release()?;
         Ok(reader)
     }
 }
 
 guard_methods!(WriteGuard, "`.master_lock`", "write", "w", "`.master_lock`");
+
+/// Reads of one process that share one reader's file (V11, docs/protocol-notes.md): a
+/// read that finds a reader's file of this process still held joins it instead of
+/// making its own.
+pub(crate) mod share {
+    use std::sync::atomic::{AtomicU32, AtomicUsize};
+
+    use super::*;
+
+    /// The reader's files of this process that reads may join: every read guard's file
+    /// while it is held (dead entries are pruned as the table is read).
+    static OFFERED: Mutex<Vec<Weak<Held>>> = Mutex::new(Vec::new());
+    /// The process whose files `OFFERED` lists. A forked child neither joins nor offers:
+    /// its parent's files are not its own, and another thread of the parent may have
+    /// held the table's lock at the fork.
+    static OWNER: AtomicU32 = AtomicU32::new(0);
+    /// How many offered files are not released yet: a read with none to join (a thread
+    /// reading alone) neither asks who it is nor takes the table's lock.
+    static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+    /// Offers a reader's file just granted to the reads that follow.
+    pub(crate) fn offer(held: &Arc<Held>) {
+        if !held.cfg.share_readers || !held.cfg.heartbeat {
+            return;
+        }
+        let pid = held.owner_pid;
+        if OWNER
+            .compare_exchange(0, pid, Ordering::AcqRel, Ordering::Acquire)
+            .is_err_and(|owner| owner != pid)
+        {
+            return;
+        }
+        let mut offered = OFFERED.lock();
+        offered.retain(|h| h.strong_count() > 0);
+        offered.push(Arc::downgrade(held));
+        held.offered.store(true, Ordering::Release);
+        LIVE.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// An offered file is being released.
+    pub(super) fn withdrawn() {
+        LIVE.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Joins a reader's file this process holds in `sd`, if there is one with the same
+    /// settings and no writer holds or waits: counts itself in (so the file stays
+    /// while it looks), lists the state directory as R3 does (no `.master_lock`, no
+    /// pending file), and checks that the file is still ours. `None`: take the usual
+    /// way (R1–R3) with a file of its own.
+    ///
+    /// # Errors
+    ///
+    /// The listing's.
+    pub(crate) fn join(sd: &StateDir, cfg: &Config) -> Result<Option<Arc<Held>>> {
+        if !cfg.share_readers || !cfg.heartbeat || LIVE.load(Ordering::Acquire) == 0 {
+            return Ok(None);
+        }
+        let owner = OWNER.load(Ordering::Acquire);
+        if owner == 0 || owner != std::process::id() {
+            return Ok(None);
+        }
+        let held = {
+            let mut offered = OFFERED.lock();
+            offered.retain(|h| h.strong_count() > 0);
+            offered
+                .iter()
+                .filter_map(Weak::upgrade)
+                .find(|h| fits(h, sd, cfg) && h.join())
+        };
+        let Some(held) = held else {
+            return Ok(None);
+        };
+        let free = sd.list().map(|l| !l.master && l.pending.is_empty());
+        if matches!(free, Ok(true)) && held.check().is_ok() {
+            return Ok(Some(held));
+        }
+        // A writer holds or waits, or the file was lost: out again, and the file goes if
+        // the guards we joined have all left meanwhile.
+        if held.leave() {
+            let _ = held.release();
+        }
+        free.map(|_| None)
+    }
+
+    /// Whether a read with `cfg` in `sd` may share `held`: a reader's file of this
+    /// process in the same state directory, whose record says what the reader's own
+    /// would (lease, process group), refreshed by the background heartbeat.
+    fn fits(held: &Held, sd: &StateDir, cfg: &Config) -> bool {
+        matches!(held.name, LockName::Slave { .. })
+            && held.sd.id() == sd.id()
+            && held.cfg.lease == cfg.lease
+            && held.cfg.pgid == cfg.pgid
+            && held.cfg.heartbeat
+            && held.cfg.share_readers
+    }
+}
 
 /// One heartbeat thread per process, shared by every held lock file. Registering a file
 /// only pushes it on a list: the thread is woken only if the new file needs beats more

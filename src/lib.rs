@@ -236,7 +236,7 @@
 //!   them in the child does nothing, and the parent still holds the lock.
 //! - Threads of one process take the lock like separate processes: a thread waits for
 //!   another thread's guard as for another process's. See *Threads* for what one
-//!   thread may hold at once.
+//!   thread may hold at once, and how reads of one process share one reader's file.
 //!
 //! # Threads
 //!
@@ -264,6 +264,15 @@
 //!   the thread that will hold it where you can. A guard found lost (its file removed, by
 //!   `cleanup --all` say) no longer counts; a leaked guard (`std::mem::forget`) counts
 //!   while its file is there.
+//!
+//! Reads of one process share one reader's file by default
+//! ([`Builder::share_readers`]): a read while another read guard of the process holds
+//! the lock joins that guard's file (it counts itself in, lists the state directory, and
+//! enters if no writer holds or waits) instead of creating, listing twice and removing a
+//! file of its own. Many threads reading at once then cost little more than one; a
+//! waiting writer still stops every new read at once, and the last guard out removes
+//! the file. Each guard is still its taker's for the rules above. [`DirLock::status`]
+//! shows one reader for the process.
 
 #![warn(missing_docs, unreachable_pub)]
 

@@ -12,7 +12,7 @@ use crate::entry::Entry;
 use crate::error::{Error, Result};
 use crate::filesystem::Filesystem;
 use crate::fsops::StateDir;
-use crate::guard::{Held, ReadGuard, WriteGuard};
+use crate::guard::{Held, ReadGuard, WriteGuard, share};
 use crate::holder::Kind;
 use crate::owned;
 use crate::protocol;
@@ -330,6 +330,49 @@ impl Builder {
         self
     }
 
+    /// Whether reads of this process share one reader's file. Default: `true`.
+    ///
+    /// When a thread (or task) asks for a read lock while another read guard of this
+    /// process already holds one on the same directory with the same settings, it
+    /// **joins** that guard's file instead of creating its own: it counts itself in,
+    /// lists the state directory as any reader does after announcing itself, and enters
+    /// if no writer holds or waits; otherwise it takes the usual way. A waiting writer
+    /// still stops every new read at once, joins included. The file is removed when the
+    /// last guard sharing it is released or dropped, and each guard still reports a lost
+    /// lock ([`ReadGuard::check`](crate::ReadGuard::check),
+    /// [`ReadGuard::is_lost`](crate::ReadGuard::is_lost)) for all of them.
+    ///
+    /// A join costs one listing instead of a creation, two listings and a removal: many
+    /// threads reading in a tight loop get 2–16× as many grants a second
+    /// (`docs/notes/contention.md`). What others see changes: [`DirLock::status`] shows
+    /// one reader for this process however many of its threads read. Turn it off to give
+    /// every read guard a file of its own. Guards join only guards whose `DirLock` also
+    /// shares, with the same lease, process group and background heartbeat; a forked
+    /// child never joins its parent's file.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let lock = rwdir::DirLock::new(dir.path())?;
+    /// let (a, b) = (lock.read()?, lock.read()?);
+    /// assert_eq!(lock.status()?.readers.len(), 1); // one file, two guards
+    /// drop(a);
+    /// b.check()?; // still held
+    /// drop(b);
+    /// assert!(lock.status()?.is_free());
+    ///
+    /// let apart = rwdir::DirLock::builder(dir.path()).share_readers(false).build()?;
+    /// let (c, d) = (apart.read()?, apart.read()?);
+    /// assert_eq!(apart.status()?.readers.len(), 2);
+    /// # drop((c, d));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn share_readers(mut self, on: bool) -> Builder {
+        self.cfg.share_readers = on;
+        self
+    }
+
     /// Checks the directory and makes the lock.
     ///
     /// # Errors
@@ -421,6 +464,7 @@ impl DirLock {
                 heartbeat: true,
                 allow_unsafe_fs: false,
                 cache_window: None,
+                share_readers: true,
             },
         }
     }
@@ -503,13 +547,15 @@ impl DirLock {
     fn acquire_read(&self, deadline: Deadline) -> Result<ReadGuard> {
         let sd = self.state()?;
         self.not_mine(&sd, Kind::Read)?;
+        // V11: join a reader's file this process holds, if no writer holds or waits.
+        if let Some(held) = share::join(&sd, &self.cfg)? {
+            return Ok(ReadGuard::joined(held, true));
+        }
         let own = protocol::read(&sd, &self.cfg, deadline)?;
-        Ok(ReadGuard::new(Held::new(
-            sd,
-            Arc::clone(&self.cfg),
-            own,
+        Ok(ReadGuard::new(
+            Held::new(sd, Arc::clone(&self.cfg), own),
             true,
-        )))
+        ))
     }
 
     fn acquire_write(&self, deadline: Deadline) -> Result<WriteGuard> {
@@ -517,8 +563,9 @@ impl DirLock {
         self.not_mine(&sd, Kind::Write)?;
         let (own, token) = protocol::write(&sd, &self.cfg, deadline)?;
         Ok(WriteGuard::new(
-            Held::new(sd, Arc::clone(&self.cfg), own, true),
+            Held::new(sd, Arc::clone(&self.cfg), own),
             token,
+            true,
         ))
     }
 
@@ -615,13 +662,14 @@ impl DirLock {
         // Cooperative scheduling: see the crate docs, *Async (tokio)*. Cancel safe: no
         // file exists yet.
         tokio::task::consume_budget().await;
+        if let Some(held) = share::join(&sd, &self.cfg)? {
+            return Ok(ReadGuard::joined(held, false));
+        }
         let own = protocol::read_in(&sd, &self.cfg, Deadline::Never, protocol::Mode::Async).await?;
-        Ok(ReadGuard::new(Held::new(
-            sd,
-            Arc::clone(&self.cfg),
-            own,
+        Ok(ReadGuard::new(
+            Held::new(sd, Arc::clone(&self.cfg), own),
             false,
-        )))
+        ))
     }
 
     /// Takes the exclusive (write) lock, waiting on the tokio reactor as long as it
@@ -673,8 +721,9 @@ impl DirLock {
         let (own, token) =
             protocol::write_in(&sd, &self.cfg, Deadline::Never, protocol::Mode::Async).await?;
         Ok(WriteGuard::new(
-            Held::new(sd, Arc::clone(&self.cfg), own, false),
+            Held::new(sd, Arc::clone(&self.cfg), own),
             token,
+            false,
         ))
     }
 

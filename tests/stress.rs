@@ -103,6 +103,40 @@ fn long_holds_have_no_violation() {
     assert!(c.max_readers >= 2, "{out}");
 }
 
+/// Reader processes of three threads each, whose reads share one reader's file while
+/// their holds overlap (V11): 5 s in the default mode, then 15 s in the long-hold mode
+/// with workers judged by lease (pid namespaces of their own, where `unshare` works), so
+/// that shared files are held past the lease by the heartbeat of their process.
+#[test]
+fn reader_threads_sharing_files_have_no_violation() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut opts = stress::Options::new(3, 3, Duration::from_secs(5), dir.path().to_path_buf());
+    opts.reader_threads = 3;
+    let (c, out) = run(&opts);
+    assert!(c.violations.is_empty(), "{out}");
+    assert!(out.trim_end().ends_with("violations: 0"), "{out}");
+    assert!(c.reads >= 20 && c.writes >= 20, "too little traffic: {out}");
+    assert!(c.max_readers >= 3, "{out}");
+
+    let unshare = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "--", "true"])
+        .stderr(std::process::Stdio::null())
+        .status();
+    opts.pidns = if unshare.is_ok_and(|s| s.success()) {
+        3
+    } else {
+        eprintln!("note: the long-hold part runs without pid namespaces (needs root)");
+        0
+    };
+    opts.duration = Duration::from_secs(15);
+    opts.lease = Some(Duration::from_secs(2));
+    opts.hold = Some((Duration::from_millis(2_500), Duration::from_secs(5)));
+    let (c, out) = run(&opts);
+    assert!(c.violations.is_empty(), "{out}");
+    assert!(out.trim_end().ends_with("violations: 0"), "{out}");
+    assert!(c.reads >= 4 && c.writes >= 2, "too little traffic: {out}");
+}
+
 fn violations(log: &str) -> Vec<String> {
     stress::check(log, 2).violations
 }

@@ -23,6 +23,7 @@ class DirLock:
         poll: Tuple[float, float] = (0.001, 0.1),
         allow_unsafe_filesystem: bool = False,
         cache_window: Optional[float] = None,
+        share_readers: bool = True,
     ) -> None: ...
     @property
     def path(self) -> str: ...

@@ -31,10 +31,14 @@ use crate::wait::{Timeout, blocking};
 /// check the mount with `rwdir doctor` first. `cache_window` (default None: by the
 /// filesystem's kind): seconds this client's view of another host's lock file can be
 /// stale; a holder on another host is taken over once its lease plus this window plus
-/// 1 s has passed (0 for NFS with actimeo=0 or sshfs with cache=no).
+/// 1 s has passed (0 for NFS with actimeo=0 or sshfs with cache=no). `share_readers`
+/// (default True): a read while another read of this process holds the lock joins that
+/// read's lock file instead of making its own, unless a writer holds or waits (the last
+/// one out removes it; status() then shows one reader for the process); False gives
+/// every read a file of its own.
 ///
 /// The object is cheap and thread-safe; every acquisition is independent, and threads
-/// of one process take the lock as separate processes do. The lock is advisory: it
+/// of one process exclude each other as separate processes do. The lock is advisory: it
 /// excludes only those that take it.
 ///
 /// Raises FileNotFoundError if `path` does not exist, NotADirectoryError if it is not a
@@ -59,9 +63,9 @@ fn seconds(what: &str, s: f64) -> PyResult<Duration> {
 impl PyDirLock {
     #[new]
     #[pyo3(
-        text_signature = "(path, *, lease=45.0, poll=(0.001, 0.1), allow_unsafe_filesystem=False, cache_window=None)"
+        text_signature = "(path, *, lease=45.0, poll=(0.001, 0.1), allow_unsafe_filesystem=False, cache_window=None, share_readers=True)"
     )]
-    #[pyo3(signature = (path, *, lease = rwdir::DEFAULT_LEASE.as_secs_f64(), poll = (rwdir::DEFAULT_MIN_POLL.as_secs_f64(), rwdir::DEFAULT_MAX_POLL.as_secs_f64()), allow_unsafe_filesystem = false, cache_window = None))]
+    #[pyo3(signature = (path, *, lease = rwdir::DEFAULT_LEASE.as_secs_f64(), poll = (rwdir::DEFAULT_MIN_POLL.as_secs_f64(), rwdir::DEFAULT_MAX_POLL.as_secs_f64()), allow_unsafe_filesystem = false, cache_window = None, share_readers = true))]
     fn new(
         py: Python<'_>,
         path: PathBuf,
@@ -69,6 +73,7 @@ impl PyDirLock {
         poll: (f64, f64),
         allow_unsafe_filesystem: bool,
         cache_window: Option<f64>,
+        share_readers: bool,
     ) -> PyResult<PyDirLock> {
         let lease_d = seconds("lease", lease)?;
         if lease_d.is_zero() {
@@ -88,7 +93,8 @@ impl PyDirLock {
                 let b = rwdir::DirLock::builder(path)
                     .lease(lease_d)
                     .poll_interval(min, max)
-                    .allow_unsafe_filesystem(allow_unsafe_filesystem);
+                    .allow_unsafe_filesystem(allow_unsafe_filesystem)
+                    .share_readers(share_readers);
                 match window {
                     Some(w) => b.cache_window(w),
                     None => b,

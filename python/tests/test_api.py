@@ -486,7 +486,21 @@ def test_every_public_item_has_a_docstring():
         assert word in text, word
     if sys.version_info >= (3, 10):  # a class's signature is shown from 3.10 on (abi3)
         assert rwdir.DirLock.__text_signature__ == (
-            "(path, *, lease=45.0, poll=(0.001, 0.1), allow_unsafe_filesystem=False, cache_window=None)"
+            "(path, *, lease=45.0, poll=(0.001, 0.1), allow_unsafe_filesystem=False, cache_window=None, "
+            "share_readers=True)"
         )
         assert ("DirLock(path, *, lease=45.0, poll=(0.001, 0.1), allow_unsafe_filesystem=False, "
-                "cache_window=None)") in text
+                "cache_window=None, share_readers=True)") in text
+
+
+def test_reads_of_one_process_share_a_file_unless_told_not_to(tmp_path):
+    shared = rwdir.DirLock(tmp_path)
+    with shared.read() as a, shared.read() as b:
+        assert a.path == b.path and len(shared.status().readers) == 1
+        a.release()
+        assert b.held and os.path.exists(b.path)
+    assert shared.status().is_free()
+    apart = rwdir.DirLock(tmp_path, share_readers=False)
+    with apart.read() as a, apart.read() as b:
+        assert a.path != b.path and len(apart.status().readers) == 2
+    assert apart.status().is_free()

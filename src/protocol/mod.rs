@@ -1118,6 +1118,7 @@ mod tests {
             heartbeat: true,
             allow_unsafe_fs: false,
             cache_window: None,
+            share_readers: true,
         }
     }
 

@@ -1,0 +1,275 @@
+//! Reads of one process share one reader's file (V11, docs/protocol-notes.md): a read
+//! that finds a reader's file of its process still held joins it instead of making its
+//! own, unless a writer holds or waits; the last guard out removes the file; a lost
+//! file is lost for every guard on it and joined by nobody; a forked child never joins
+//! its parent's file. Writers are real processes.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::Duration;
+
+use common::{Child, lock, names, state, tempdir, wait_until};
+use rwdir::{DirLock, Error, ReadGuard};
+
+#[test]
+fn child_entry() {
+    common::child_entry();
+}
+
+/// The reader's files in `dir`'s state directory.
+fn reader_files(dir: &Path) -> Vec<String> {
+    names(&state(dir))
+        .into_iter()
+        .filter(|n| n.starts_with(".slave_lock-"))
+        .collect()
+}
+
+/// `n` threads, each with a `DirLock` of its own (as independent parts of a program
+/// have), take a read lock at once and hand their guards back.
+fn read_on_threads(dir: &Path, n: usize) -> Vec<ReadGuard> {
+    let barrier = Arc::new(Barrier::new(n));
+    let handles: Vec<_> = (0..n)
+        .map(|_| {
+            let (dir, barrier) = (dir.to_path_buf(), Arc::clone(&barrier));
+            thread::spawn(move || {
+                let lock = lock(&dir);
+                barrier.wait();
+                lock.read().expect("read")
+            })
+        })
+        .collect();
+    handles
+        .into_iter()
+        .map(|h| h.join().expect("reader thread"))
+        .collect()
+}
+
+#[test]
+fn threads_that_read_while_a_read_is_held_share_its_file() {
+    let dir = tempdir();
+    let first = lock(dir.path()).read().expect("first read");
+    let others = read_on_threads(dir.path(), 8);
+    assert_eq!(reader_files(dir.path()), [file_name(&first.path())]);
+    for g in &others {
+        assert_eq!(g.path(), first.path(), "a thread made a file of its own");
+    }
+    let st = lock(dir.path()).status().expect("status");
+    assert_eq!(st.readers.len(), 1, "{st:?}");
+    // Out in any order: the file stays until the last guard leaves.
+    drop(first);
+    let mut others = others;
+    while let Some(g) = others.pop() {
+        assert_eq!(reader_files(dir.path()).len(), 1);
+        g.check().expect("still held");
+        g.release().expect("release");
+    }
+    assert!(reader_files(dir.path()).is_empty());
+    assert!(lock(dir.path()).status().expect("status").is_free());
+}
+
+#[test]
+fn without_sharing_each_read_has_its_file() {
+    let dir = tempdir();
+    let apart = DirLock::builder(dir.path())
+        .share_readers(false)
+        .build()
+        .expect("lock");
+    let a = apart.read().expect("read");
+    let b = apart.read().expect("read");
+    // Nor does a sharing handle join a file whose handle does not share.
+    let c = lock(dir.path()).read().expect("read");
+    let d = lock(dir.path()).read().expect("read");
+    assert_ne!(a.path(), b.path());
+    assert!(c.path() != a.path() && c.path() != b.path());
+    assert_eq!(d.path(), c.path());
+    assert_eq!(reader_files(dir.path()).len(), 3);
+    // A different lease is a different record: no join either.
+    let e = DirLock::builder(dir.path())
+        .lease(Duration::from_secs(60))
+        .build()
+        .expect("lock")
+        .read()
+        .expect("read");
+    assert_eq!(reader_files(dir.path()).len(), 4);
+    drop((a, b, c, d, e));
+    assert!(reader_files(dir.path()).is_empty());
+}
+
+#[test]
+fn a_waiting_writer_stops_joins_at_once() {
+    let dir = tempdir();
+    let reader = lock(dir.path());
+    let held = reader.read().expect("read");
+    // A writer process queues behind our reader.
+    let mut w = Child::spawn("writer", dir.path());
+    w.send("write");
+    wait_until("the writer waits", dir.path(), || {
+        let st = reader.status().expect("status");
+        st.writer.is_some() || !st.pending.is_empty()
+    });
+    // A new read of this process must not join our file: the writer goes first.
+    let other = thread::spawn({
+        let dir = dir.path().to_path_buf();
+        move || {
+            let l = lock(&dir);
+            (
+                l.try_read().err(),
+                l.try_read_for(Duration::from_millis(100)).err(),
+            )
+        }
+    })
+    .join()
+    .expect("thread");
+    assert!(
+        matches!(other.0, Some(Error::WouldBlock { .. })),
+        "{other:?}"
+    );
+    assert!(matches!(other.1, Some(Error::TimedOut { .. })), "{other:?}");
+    assert_eq!(
+        reader_files(dir.path()).len(),
+        1,
+        "the failed joins left files"
+    );
+    // A read that waits gets in after the writer, with a file of its own.
+    let waiting = thread::spawn({
+        let dir = dir.path().to_path_buf();
+        move || lock(&dir).read().expect("read after the writer").path()
+    });
+    held.release().expect("release");
+    let granted = w.reply();
+    assert!(granted.starts_with("ok write"), "{granted}");
+    w.ok("release");
+    let path = waiting.join().expect("thread");
+    assert!(path.starts_with(state(dir.path())));
+    w.finish();
+}
+
+#[test]
+fn the_last_guard_out_removes_the_file() {
+    let dir = tempdir();
+    let l = lock(dir.path());
+    let a = l.read().expect("read");
+    let b = l.read().expect("read");
+    assert_eq!(a.path(), b.path());
+    a.release().expect("first out");
+    assert!(b.path().exists());
+    b.check().expect("still held");
+    let mut w = Child::spawn("writer", dir.path());
+    assert!(w.call("try_write").starts_with("err"), "a writer got in");
+    b.release().expect("last out");
+    assert!(reader_files(dir.path()).is_empty());
+    w.ok("try_write");
+    w.ok("release");
+    w.finish();
+}
+
+#[test]
+fn a_lost_file_is_lost_for_every_guard_and_joined_by_nobody() {
+    let dir = tempdir();
+    let l = lock(dir.path());
+    let a = l.read().expect("read");
+    let b = l.read().expect("read");
+    std::fs::remove_file(a.path()).expect("someone removes the reader's file");
+    // Nobody has noticed yet: the join itself must.
+    let c = l.read().expect("read");
+    assert_ne!(c.path(), a.path(), "joined a lost file");
+    assert!(!c.is_lost());
+    assert!(a.is_lost() && b.is_lost());
+    assert!(matches!(b.check(), Err(Error::LockLost { .. })));
+    assert!(matches!(a.release(), Err(Error::LockLost { .. })));
+    assert!(matches!(b.release(), Err(Error::LockLost { .. })));
+    assert_eq!(reader_files(dir.path()), [file_name(&c.path())]);
+    c.release().expect("release");
+}
+
+#[test]
+fn a_thread_counts_only_its_own_guards_in_its_way() {
+    let dir = tempdir();
+    let l = lock(dir.path());
+    let mine = l.read().expect("read");
+    let l2 = l.clone();
+    let (after_leaving, while_holding) = thread::spawn(move || {
+        // Joined and left: the file is still held, by the main thread, which this
+        // thread waits for as for anyone else.
+        l2.read().expect("join").release().expect("leave");
+        let after_leaving = l2.try_write_for(Duration::from_millis(50)).err();
+        // Joined and holding: its own guard is in its way.
+        let g = l2.read().expect("join");
+        let while_holding = l2.write().err();
+        drop(g);
+        (after_leaving, while_holding)
+    })
+    .join()
+    .expect("thread");
+    assert!(
+        matches!(after_leaving, Some(Error::TimedOut { .. })),
+        "{after_leaving:?}"
+    );
+    assert!(
+        matches!(while_holding, Some(Error::WouldDeadlock { .. })),
+        "{while_holding:?}"
+    );
+    drop(mine);
+    assert!(l.status().expect("status").is_free());
+}
+
+#[test]
+fn a_forked_child_makes_a_file_of_its_own() {
+    use nix::sys::wait::{WaitStatus, waitpid};
+    use nix::unistd::{ForkResult, fork};
+    let dir = tempdir();
+    let l = lock(dir.path());
+    let parents = l.read().expect("read");
+    // SAFETY: the child takes a read lock, compares two paths and calls `_exit`, never
+    // returning into the test harness; no other thread of this test holds a lock of the
+    // library at the fork (the heartbeat thread's lock is taken only while it beats).
+    match unsafe { fork() }.expect("fork") {
+        ForkResult::Child => {
+            let code = match l.read() {
+                Ok(g) if g.path() != parents.path() => 0,
+                Ok(_) => 1,
+                Err(_) => 2,
+            };
+            // SAFETY: ends the child without running the parent's destructors.
+            unsafe { nix::libc::_exit(code) }
+        }
+        ForkResult::Parent { child } => {
+            let status = waitpid(child, None).expect("waitpid");
+            assert_eq!(
+                status,
+                WaitStatus::Exited(child, 0),
+                "1: the child joined its parent's file"
+            );
+        }
+    }
+    parents.check().expect("the parent still holds its lock");
+}
+
+#[cfg(feature = "tokio")]
+#[test]
+fn tasks_share_a_file_too() {
+    let dir = tempdir();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let paths: Vec<PathBuf> = rt.block_on(async {
+        let l = lock(dir.path());
+        let a = l.read_async().await.expect("read");
+        let b = l.read_async().await.expect("read");
+        let paths = vec![a.path(), b.path()];
+        drop((a, b));
+        paths
+    });
+    assert_eq!(paths[0], paths[1]);
+    assert!(reader_files(dir.path()).is_empty());
+}
+
+fn file_name(p: &Path) -> String {
+    p.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
