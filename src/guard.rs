@@ -554,7 +554,7 @@ macro_rules! guard_methods {
 
         impl Drop for $guard {
             fn drop(&mut self) {
-                if !self.left {
+                if !self.taken.left {
                     let _ = self.leave();
                 }
             }
@@ -582,12 +582,7 @@ macro_rules! guard_methods {
 pub struct ReadGuard {
     /// The reader's file, maybe shared with other read guards of this process (V11).
     held: Arc<Held>,
-    /// This guard in the records of the guards held by each thread (self-deadlock
-    /// check); `None` for a guard taken by a task (`DirLock::read_async`): tasks are not
-    /// threads, and many tasks of one thread hold guards independently.
-    mark: Option<owned::Mark>,
-    /// Whether [`ReadGuard::leave`] ran (an explicit release, before the drop).
-    left: bool,
+    taken: Taken,
 }
 
 /// An exclusive (write) lock on a directory. Released when dropped.
@@ -610,10 +605,37 @@ pub struct ReadGuard {
 pub struct WriteGuard {
     held: Arc<Held>,
     token: u64,
-    /// As [`ReadGuard`]'s.
+    taken: Taken,
+}
+
+/// What each guard keeps of its own, whoever else shares its file.
+#[derive(Debug)]
+struct Taken {
+    /// This guard in the records of the guards held by each thread (self-deadlock
+    /// check); `None` for a guard taken by a task (`DirLock::read_async`): tasks are not
+    /// threads, and many tasks of one thread hold guards independently.
     mark: Option<owned::Mark>,
-    /// Whether [`WriteGuard::leave`] ran.
+    /// Whether the guard left the lock (an explicit release, before the drop).
     left: bool,
+}
+
+impl Taken {
+    /// `by_thread`: taken by the calling thread (the blocking API), which then counts
+    /// the guard as its own (`crate::owned`).
+    fn new(held: &Held, by_thread: bool) -> Taken {
+        Taken {
+            mark: by_thread.then(|| held.mark()),
+            left: false,
+        }
+    }
+
+    /// The guard leaves: it is no longer its thread's.
+    fn leave(&mut self) {
+        self.left = true;
+        if let Some(mark) = &self.mark {
+            mark.forget();
+        }
+    }
 }
 
 impl ReadGuard {
@@ -627,21 +649,14 @@ impl ReadGuard {
 
     /// A guard on a reader's file that [`share::join`] counted it in on.
     pub(crate) fn joined(held: Arc<Held>, by_thread: bool) -> ReadGuard {
-        let mark = by_thread.then(|| held.mark());
-        ReadGuard {
-            held,
-            mark,
-            left: false,
-        }
+        let taken = Taken::new(&held, by_thread);
+        ReadGuard { held, taken }
     }
 
     /// Leaves the lock (R5): the last guard on the file releases it; the others only
     /// report a loss.
     fn leave(&mut self) -> Result<()> {
-        self.left = true;
-        if let Some(mark) = &self.mark {
-            mark.forget();
-        }
+        self.taken.leave();
         // In a forked child, the last one out calls a release that does nothing there.
         if self.held.leave() {
             self.held.release()
@@ -665,21 +680,13 @@ impl WriteGuard {
     /// The guard of `.master_lock` just granted with `token`; `by_thread` as for
     /// [`ReadGuard::new`].
     pub(crate) fn new(held: Arc<Held>, token: u64, by_thread: bool) -> WriteGuard {
-        let mark = by_thread.then(|| held.mark());
-        WriteGuard {
-            held,
-            token,
-            mark,
-            left: false,
-        }
+        let taken = Taken::new(&held, by_thread);
+        WriteGuard { held, token, taken }
     }
 
     /// Leaves the lock (W8).
     fn leave(&mut self) -> Result<()> {
-        self.left = true;
-        if let Some(mark) = &self.mark {
-            mark.forget();
-        }
+        self.taken.leave();
         self.held.release()
     }
 
@@ -757,7 +764,7 @@ impl WriteGuard {
         };
         let reader = ReadGuard::new(
             Held::new(Arc::clone(&held.sd), Arc::clone(&held.cfg), own),
-            self.mark.is_some(),
+            self.taken.mark.is_some(),
         );
         self.release()?;
         Ok(reader)
