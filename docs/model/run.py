@@ -309,7 +309,8 @@ CONFIGS += [
 # marker joins it, count + 1, lists the directory as R3 does, checks that the marker is still
 # its own, and is in; the last one out unlinks it): alone, and with every shortcut (Vall11);
 # F6 with every shortcut but V7 (Vall711), as F6-Vall7
-_V11_Q = {"F1", "F3", "F6", "F7", "F8", "L2", "L4", "MF7"}
+# the quick set (every CI run) keeps the V11 runs under a minute each
+_V11_Q = {"F3", "F6", "F7", "F8", "L4"}
 for _b in ["F1", "F3", "F5", "F6", "F7", "F8", "L1", "L2", "L4", "MF1", "MF7", "ML1"]:
     _c = _BASE[_b]
     # F6 (R3 reads .master_lock, then the pending files): V11 alone fails writer priority, as
@@ -328,7 +329,7 @@ for _b in ["F1", "F3", "F5", "F6", "F7", "F8", "L1", "L2", "L4", "MF1", "MF7", "
     # meets; the reader's own (V1, V7, V10) act in R1, which a join never runs.
     CONFIGS.append((f"{_b}-Vw11", f"{_c[1]}; shortcuts V2+V5+V6+V8+V9+V11",
                     f"{_c[2]} --v2 --v5 --v6 --v8 on --v9 on --v11", _c[3], "PASS",
-                    "q" if _b in ("F3", "F8", "L4") else "f"))
+                    "q" if _b in ("F8", "L4") else "f"))
     if _b == "F6":   # V7 fails F6 by design
         CONFIGS.append((f"{_b}-V811", f"{_c[1]}; shortcuts V8+V11", f"{_c[2]} --v8 on --v11", _c[3],
                         "PASS", "f"))
