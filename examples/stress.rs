@@ -514,104 +514,103 @@ pub fn worker_main(w: &Worker) -> Result<(), String> {
     }
     let lock = builder.build().map_err(|e| e.to_string())?;
     let lease = lock.lease();
+    if !w.write {
+        // Each thread of a reader process reads on its own; they share one reader's
+        // file whenever their holds overlap (V11).
+        return std::thread::scope(|s| {
+            let threads: Vec<_> = (1..w.threads)
+                .map(|k| {
+                    let (lock, file, stop) = (lock.clone(), &file, &stop);
+                    s.spawn(move || reader_loop(w, &lock, file, &format!("{}.{k}", w.id), stop))
+                })
+                .collect();
+            let mine = reader_loop(w, &lock, &file, &w.id, &stop);
+            threads
+                .into_iter()
+                .map(|t| {
+                    t.join()
+                        .unwrap_or_else(|_| Err("a reader thread panicked".into()))
+                })
+                .fold(mine, Result::and)
+        });
+    }
     let mut rng = Rng::new(&w.id);
     let err = |e: Error| e.to_string();
     // A lock found lost is logged (a violation) and the worker goes on.
     let lost = |what: &str, e: Error| log(&format!("L {what}: {e}"));
     while !stop.load(Ordering::SeqCst) {
-        if w.write {
-            // Think outside the lock, so that readers get a turn (writers have priority).
-            std::thread::sleep(match w.hold {
-                None => Duration::from_millis(2) + rng.micros(20_000),
-                Some((_, max)) => rng.between(Duration::ZERO, max),
-            });
-            if stop.load(Ordering::SeqCst) {
-                break;
+        // Think outside the lock, so that readers get a turn (writers have priority).
+        std::thread::sleep(match w.hold {
+            None => Duration::from_millis(2) + rng.micros(20_000),
+            Some((_, max)) => rng.between(Duration::ZERO, max),
+        });
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
+        log("S")?;
+        let ahead: Vec<String> = lock
+            .status()
+            .map_err(err)?
+            .pending
+            .iter()
+            .filter_map(|e| e.holder.as_ref().map(|h| format!("{}:{}", h.pidns, h.pid)))
+            .collect();
+        log(&format!("Q {}", ahead.join(" ")))?;
+        // Long-hold mode: one attempt in 4 gives up after one to two leases.
+        let timeout = w
+            .hold
+            .filter(|_| rng.below(4) == 0)
+            .map(|_| rng.between(lease, lease * 2));
+        let g = match timeout {
+            None => lock.write(),
+            Some(t) => lock.try_write_for(t),
+        };
+        let g = match g {
+            Ok(g) => g,
+            Err(Error::TimedOut { .. }) => {
+                log("T")?;
+                continue;
             }
-            log("S")?;
-            let ahead: Vec<String> = lock
-                .status()
-                .map_err(err)?
-                .pending
-                .iter()
-                .filter_map(|e| e.holder.as_ref().map(|h| format!("{}:{}", h.pidns, h.pid)))
-                .collect();
-            log(&format!("Q {}", ahead.join(" ")))?;
-            // Long-hold mode: one attempt in 4 gives up after one to two leases.
-            let timeout = w
-                .hold
-                .filter(|_| rng.below(4) == 0)
-                .map(|_| rng.between(lease, lease * 2));
-            let g = match timeout {
-                None => lock.write(),
-                Some(t) => lock.try_write_for(t),
-            };
-            let g = match g {
-                Ok(g) => g,
-                Err(Error::TimedOut { .. }) => {
-                    log("T")?;
-                    continue;
-                }
-                Err(e @ Error::LockLost { .. }) => {
-                    lost("write", e)?;
-                    continue;
-                }
-                Err(e) => return Err(err(e)),
-            };
-            log(&format!("E W {}", g.token()))?;
-            std::thread::sleep(match w.hold {
-                None => rng.micros(2_000),
-                Some((min, max)) if rng.below(8) == 0 => rng.between(min, max),
-                Some(_) => rng.micros(500_000),
-            });
-            if let Err(e) = g.check() {
-                lost("check", e)?;
+            Err(e @ Error::LockLost { .. }) => {
+                lost("write", e)?;
+                continue;
             }
-            if rng.below(5) == 0 {
-                // Logged before the call: readers may enter as soon as `.master_lock`
-                // is gone, before `downgrade` returns.
-                log("D")?;
-                match g.downgrade() {
-                    Ok(r) => {
-                        std::thread::sleep(rng.micros(2_000));
-                        if let Err(e) = r.check() {
-                            lost("check", e)?;
-                        }
-                        log("X R")?;
-                        if let Err(e) = r.release() {
-                            lost("release", e)?;
-                        }
+            Err(e) => return Err(err(e)),
+        };
+        log(&format!("E W {}", g.token()))?;
+        std::thread::sleep(match w.hold {
+            None => rng.micros(2_000),
+            Some((min, max)) if rng.below(8) == 0 => rng.between(min, max),
+            Some(_) => rng.micros(500_000),
+        });
+        if let Err(e) = g.check() {
+            lost("check", e)?;
+        }
+        if rng.below(5) == 0 {
+            // Logged before the call: readers may enter as soon as `.master_lock`
+            // is gone, before `downgrade` returns.
+            log("D")?;
+            match g.downgrade() {
+                Ok(r) => {
+                    std::thread::sleep(rng.micros(2_000));
+                    if let Err(e) = r.check() {
+                        lost("check", e)?;
                     }
-                    Err(e) => {
-                        lost("downgrade", e)?;
-                        log("X R")?;
+                    log("X R")?;
+                    if let Err(e) = r.release() {
+                        lost("release", e)?;
                     }
                 }
-            } else {
-                log("X W")?;
-                if let Err(e) = g.release() {
-                    lost("release", e)?;
+                Err(e) => {
+                    lost("downgrade", e)?;
+                    log("X R")?;
                 }
             }
         } else {
-            // Each thread of a reader process reads on its own; they share one reader's
-            // file whenever their holds overlap (V11).
-            return std::thread::scope(|s| {
-                let threads: Vec<_> = (1..w.threads)
-                    .map(|k| {
-                        let (lock, file, stop) = (lock.clone(), &file, &stop);
-                        s.spawn(move || reader_loop(w, &lock, file, &format!("{}.{k}", w.id), stop))
-                    })
-                    .collect();
-                let mine = reader_loop(w, &lock, &file, &w.id, &stop);
-                threads
-                    .into_iter()
-                    .map(|t| {
-                        t.join()
-                            .unwrap_or_else(|_| Err("a reader thread panicked".into()))
-                    })
-                    .fold(mine, Result::and)
-            });
+            log("X W")?;
+            if let Err(e) = g.release() {
+                lost("release", e)?;
+            }
         }
     }
     Ok(())
