@@ -575,6 +575,10 @@ impl Subscription<'_> {
                     let mut met = self.met.lock();
                     if *met == Some(o) {
                         *pidfd = sys::pidfd(pid, start).map(|fd| (o, fd));
+                        // Gone since the look that found it alive: look again at once.
+                        if pidfd.is_none() && sys::probe_pid(pid, start) == sys::Probe::Gone {
+                            until = Some(Instant::now());
+                        }
                         pidfd.is_some()
                     } else {
                         *met = Some(o);
@@ -1086,9 +1090,17 @@ mod reactor {
                 EXIT_WATCHING.fetch_sub(1, Ordering::Relaxed);
                 return None;
             }
-            match sys::pidfd(pid, start).map(sys::register_readable) {
-                Some(Ok(fd)) => Some(Exit(fd)),
-                _ => {
+            let Some(fd) = sys::pidfd(pid, start) else {
+                EXIT_WATCHING.fetch_sub(1, Ordering::Relaxed);
+                // Gone since the look that found it alive: look again at once.
+                if sys::probe_pid(pid, start) == sys::Probe::Gone {
+                    *pause = Duration::ZERO;
+                }
+                return None;
+            };
+            match sys::register_readable(fd) {
+                Ok(fd) => Some(Exit(fd)),
+                Err(_) => {
                     EXIT_WATCHING.fetch_sub(1, Ordering::Relaxed);
                     None
                 }

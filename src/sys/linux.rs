@@ -3,6 +3,7 @@ use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 
 use nix::errno::Errno;
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::kill;
 use nix::sys::statfs::fstatfs;
 use nix::unistd::Pid;
@@ -92,9 +93,17 @@ impl ProcStat {
     }
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Reads of `/proc/PID/stat` made by this thread.
+    static PROC_READS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 /// Reads `/proc/PID/stat`.
 pub(crate) fn proc_stat(pid: u32) -> Option<ProcStat> {
     use std::io::Read as _;
+    #[cfg(test)]
+    PROC_READS.with(|n| n.set(n.get() + 1));
     // One read into a buffer that holds any stat line whose field 22 we need (the
     // command name is at most 64 bytes): open, read, close.
     let mut buf = [0u8; 1024];
@@ -131,6 +140,13 @@ pub(crate) enum Probe {
 }
 
 /// Probes a pid of this pid namespace against the recorded start time.
+///
+/// A process found alive is remembered by a pidfd ([`Probed`]): while that descriptor
+/// is not readable the very process it names has not exited, so probing it again is one
+/// `poll` instead of `kill` and a read of `/proc/PID/stat` (issue #14: a queued writer
+/// judges its predecessor at every look). A pidfd cannot name another process, so a
+/// reused pid is never taken for the one remembered; an exited one (a zombie too) makes
+/// the descriptor readable, and the probe then asks `/proc` as before.
 pub(crate) fn probe_pid(pid: u32, start: u64) -> Probe {
     let Ok(raw) = i32::try_from(pid) else {
         return Probe::Gone;
@@ -138,14 +154,78 @@ pub(crate) fn probe_pid(pid: u32, start: u64) -> Probe {
     if raw <= 0 {
         return Probe::Gone;
     }
+    if PROBED.running(pid, start) {
+        return Probe::Alive;
+    }
     match kill(Pid::from_raw(raw), None) {
         Err(Errno::ESRCH) => Probe::Gone,
         // EPERM: it exists but belongs to someone else.
-        _ => match proc_stat(pid) {
-            Some(st) if st.start != start || st.exited() => Probe::Gone,
-            // Unreadable /proc (hidepid): err on the side of "alive".
-            _ => Probe::Alive,
-        },
+        _ => {
+            // `pidfd` checks the start time after its open; not readable, it names a
+            // process that has not exited.
+            if let Some(fd) = pidfd(pid, start) {
+                if !readable(&fd) {
+                    PROBED.remember(pid, start, fd);
+                    return Probe::Alive;
+                }
+                return Probe::Gone;
+            }
+            match proc_stat(pid) {
+                Some(st) if st.start != start || st.exited() => Probe::Gone,
+                // Unreadable /proc (hidepid): err on the side of "alive".
+                _ => Probe::Alive,
+            }
+        }
+    }
+}
+
+/// Whether the pidfd `fd` is readable (its process has exited), without waiting; `true`
+/// if `poll` fails.
+fn readable(fd: &OwnedFd) -> bool {
+    let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
+    !matches!(poll(&mut fds, PollTimeout::ZERO), Ok(0))
+}
+
+/// The processes [`probe_pid`] found alive, each with a pidfd of its own: at most
+/// [`Probed::CAPACITY`] of them, the least recently found going first. The descriptors
+/// are close-on-exec.
+#[derive(Debug)]
+struct Probed(Mutex<Vec<(u32, u64, OwnedFd)>>);
+
+static PROBED: Probed = Probed(Mutex::new(Vec::new()));
+
+impl Probed {
+    /// Enough for the owners a waiter judges in a busy state directory (its predecessor
+    /// in the queue and the holder), and for a few directories at once.
+    const CAPACITY: usize = 16;
+
+    /// Whether the process remembered as `pid` started at `start` has not exited: its
+    /// pidfd is not readable. An exited one is forgotten. `false` also when the table is
+    /// busy: a `fork` made while another thread held its lock leaves the child's copy
+    /// locked for ever, so it is only ever tried.
+    fn running(&self, pid: u32, start: u64) -> bool {
+        let Some(mut seen) = self.0.try_lock() else {
+            return false;
+        };
+        let Some(i) = seen.iter().position(|e| e.0 == pid && e.1 == start) else {
+            return false;
+        };
+        if !readable(&seen[i].2) {
+            return true;
+        }
+        seen.remove(i);
+        false
+    }
+
+    fn remember(&self, pid: u32, start: u64, fd: OwnedFd) {
+        let Some(mut seen) = self.0.try_lock() else {
+            return;
+        };
+        seen.retain(|e| e.0 != pid);
+        if seen.len() >= Probed::CAPACITY {
+            seen.remove(0);
+        }
+        seen.push((pid, start, fd));
     }
 }
 
@@ -160,9 +240,14 @@ pub(crate) enum ExitWatch {
 }
 
 /// A pidfd (`pidfd_open(2)`) for the process `pid` of this pid namespace, provided it is
-/// still the one started at `start` and has not exited: it becomes readable when that
-/// process exits. `None` where pidfds are missing (Linux before 5.3) or the process is
-/// gone.
+/// still the one started at `start`: it is readable once that process has exited, at
+/// once if it already has (a zombie). `None` where pidfds are missing (Linux before 5.3),
+/// or the process is gone (reaped, its pid perhaps reused).
+///
+/// An exited process is not refused: a waiter that found the owner alive a moment ago
+/// and now gets its pidfd must wake at once, not sleep its whole pause. (`/proc` shows a
+/// leader as a zombie while its other threads still exit, and the pidfd becomes readable
+/// only once they have: the two can disagree for that long.)
 pub(crate) fn pidfd(pid: u32, start: u64) -> Option<OwnedFd> {
     let raw = i32::try_from(pid).ok().filter(|&p| p > 0)?;
     // SAFETY: `pidfd_open` takes a pid and flags by value and returns a new descriptor
@@ -174,7 +259,7 @@ pub(crate) fn pidfd(pid: u32, start: u64) -> Option<OwnedFd> {
     // The pid may have been reused before the open, and the descriptor then refers to
     // the new process: it must still be the recorded one after the open.
     match proc_stat(pid) {
-        Some(st) if st.start == start && !st.exited() => Some(fd),
+        Some(st) if st.start == start => Some(fd),
         _ => None,
     }
 }
@@ -424,6 +509,71 @@ mod tests {
         assert!(!st.exited());
         child.kill().expect("kill");
         child.wait().expect("wait");
+    }
+
+    /// A process found alive is probed again through its pidfd, without `/proc`, and
+    /// found gone as soon as it exits, reaped or not.
+    #[test]
+    fn a_process_probed_alive_is_watched_until_it_exits() {
+        let reads = || PROC_READS.with(|n| n.get());
+        for reap in [false, true] {
+            let mut child = std::process::Command::new("sleep")
+                .arg("30")
+                .spawn()
+                .expect("spawn sleep");
+            let pid = child.id();
+            let start = start_time(pid).expect("start time");
+            assert_eq!(probe_pid(pid, start), Probe::Alive);
+            let before = reads();
+            for _ in 0..3 {
+                assert_eq!(probe_pid(pid, start), Probe::Alive);
+            }
+            assert_eq!(reads(), before, "probed again through /proc");
+            // Another start time is another process, whatever is remembered.
+            assert_eq!(probe_pid(pid, start + 1), Probe::Gone);
+            assert_eq!(probe_pid(pid, start), Probe::Alive);
+            child.kill().expect("kill");
+            if reap {
+                child.wait().expect("wait");
+            } else {
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+                while !proc_stat(pid).is_some_and(|st| st.exited()) {
+                    assert!(std::time::Instant::now() < deadline, "never a zombie");
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+            }
+            assert_eq!(probe_pid(pid, start), Probe::Gone, "reaped: {reap}");
+            let _ = child.wait();
+        }
+    }
+
+    /// More processes than the table holds: each is still probed right.
+    #[test]
+    fn more_live_processes_than_remembered_are_each_alive() {
+        let mut kids: Vec<_> = (0..Probed::CAPACITY + 4)
+            .map(|_| {
+                std::process::Command::new("sleep")
+                    .arg("30")
+                    .spawn()
+                    .expect("spawn sleep")
+            })
+            .collect();
+        let ids: Vec<_> = kids
+            .iter()
+            .map(|k| (k.id(), start_time(k.id()).expect("start time")))
+            .collect();
+        for _ in 0..2 {
+            for &(pid, start) in &ids {
+                assert_eq!(probe_pid(pid, start), Probe::Alive);
+            }
+        }
+        for k in &mut kids {
+            k.kill().expect("kill");
+            k.wait().expect("wait");
+        }
+        for &(pid, start) in &ids {
+            assert_eq!(probe_pid(pid, start), Probe::Gone);
+        }
     }
 
     #[test]
