@@ -516,13 +516,48 @@ fn a_waiter_is_woken_by_the_death_of_whom_it_waits_for() {
     assert_only_token(dir.path());
 }
 
-/// The pidfds this process has open.
+/// The pidfds this process has registered with an epoll instance (the tokio reactor's),
+/// of the process `pid` only if given. A judgement keeps pidfds of the live processes it
+/// probed (`sys::probe_pid`), unregistered: only a waiter's pidfd is on the reactor.
 #[cfg(feature = "tokio")]
-fn pidfds() -> usize {
-    fs::read_dir("/proc/self/fd")
+fn reactor_pidfds(pid: Option<u32>) -> usize {
+    let fds: Vec<(String, String)> = fs::read_dir("/proc/self/fd")
         .expect("/proc/self/fd")
-        .filter_map(|e| fs::read_link(e.ok()?.path()).ok())
-        .filter(|target| target.to_string_lossy().contains("pidfd"))
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let target = fs::read_link(e.path()).ok()?;
+            Some((
+                e.file_name().to_string_lossy().into_owned(),
+                target.to_string_lossy().into_owned(),
+            ))
+        })
+        .collect();
+    let info = |fd: &str| fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).unwrap_or_default();
+    // "tfd:        7 events: ..." for each descriptor an epoll instance watches.
+    let watched: Vec<String> = fds
+        .iter()
+        .filter(|(_, target)| target.contains("eventpoll"))
+        .flat_map(|(fd, _)| {
+            info(fd)
+                .lines()
+                .filter_map(|l| {
+                    l.strip_prefix("tfd:")?
+                        .split_whitespace()
+                        .next()
+                        .map(String::from)
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    fds.iter()
+        .filter(|(fd, target)| target.contains("pidfd") && watched.contains(fd))
+        .filter(|(fd, _)| {
+            pid.is_none_or(|pid| {
+                info(fd)
+                    .lines()
+                    .any(|l| l.split_whitespace().eq(["Pid:", &pid.to_string()]))
+            })
+        })
         .count()
 }
 
@@ -542,7 +577,6 @@ fn an_async_waiter_is_woken_by_the_death_of_whom_it_waits_for() {
         let mut h = Child::spawn("H", dir.path());
         h.ok("write");
         rt.block_on(async {
-            let before = pidfds();
             let d = std::sync::Arc::clone(&deaf);
             let waiter = tokio::spawn(async move {
                 if write {
@@ -554,7 +588,7 @@ fn an_async_waiter_is_woken_by_the_death_of_whom_it_waits_for() {
             });
             // Asleep with the holder's pidfd (from its second wait on, after 10 ms).
             let deadline = Instant::now() + LONG;
-            while pidfds() == before {
+            while reactor_pidfds(Some(h.pid())) == 0 {
                 assert!(
                     Instant::now() < deadline,
                     "the waiter never watched the holder"
@@ -568,7 +602,7 @@ fn an_async_waiter_is_woken_by_the_death_of_whom_it_waits_for() {
                 .expect("the waiter goes on at once")
                 .expect("join");
             assert!(at - t < PROMPT, "took {:?}", at - t);
-            assert_eq!(pidfds(), before, "a pidfd was left open");
+            assert_eq!(reactor_pidfds(None), 0, "a pidfd was left on the reactor");
         });
     }
     assert_only_token(dir.path());
