@@ -162,13 +162,17 @@ pub(crate) fn probe_pid(pid: u32, start: u64) -> Probe {
         // EPERM: it exists but belongs to someone else.
         _ => {
             // `pidfd` checks the start time after its open; not readable, it names a
-            // process that has not exited.
+            // process that has not exited, and readable, one that has. A `poll` that
+            // fails says neither: `/proc` decides, as without a pidfd.
             if let Some(fd) = pidfd(pid, start) {
-                if !readable(&fd) {
-                    PROBED.remember(pid, start, fd);
-                    return Probe::Alive;
+                match exited(&fd) {
+                    Some(false) => {
+                        PROBED.remember(pid, start, fd);
+                        return Probe::Alive;
+                    }
+                    Some(true) => return Probe::Gone,
+                    None => {}
                 }
-                return Probe::Gone;
             }
             match proc_stat(pid) {
                 Some(st) if st.start != start || st.exited() => Probe::Gone,
@@ -179,11 +183,11 @@ pub(crate) fn probe_pid(pid: u32, start: u64) -> Probe {
     }
 }
 
-/// Whether the pidfd `fd` is readable (its process has exited), without waiting; `true`
-/// if `poll` fails.
-fn readable(fd: &OwnedFd) -> bool {
+/// Whether the process of the pidfd `fd` has exited (the descriptor is readable),
+/// without waiting; `None` if `poll` fails.
+fn exited(fd: &OwnedFd) -> Option<bool> {
     let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
-    !matches!(poll(&mut fds, PollTimeout::ZERO), Ok(0))
+    poll(&mut fds, PollTimeout::ZERO).ok().map(|n| n > 0)
 }
 
 /// The processes [`probe_pid`] found alive, each with a pidfd of its own: at most
@@ -210,9 +214,10 @@ impl Probed {
         let Some(i) = seen.iter().position(|e| e.0 == pid && e.1 == start) else {
             return false;
         };
-        if !readable(&seen[i].2) {
+        if exited(&seen[i].2) == Some(false) {
             return true;
         }
+        // Exited, or `poll` failed: the caller asks again without the table.
         seen.remove(i);
         false
     }
