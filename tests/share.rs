@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::Duration;
@@ -256,7 +256,7 @@ fn tasks_share_a_file_too() {
         .enable_all()
         .build()
         .expect("runtime");
-    let paths: Vec<PathBuf> = rt.block_on(async {
+    let paths: Vec<std::path::PathBuf> = rt.block_on(async {
         let l = lock(dir.path());
         let a = l.read_async().await.expect("read");
         let b = l.read_async().await.expect("read");
