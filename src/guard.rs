@@ -254,7 +254,7 @@ impl Held {
         // `released` first: a guard's drop calls this again after an explicit release,
         // and the pid check is a system call.
         if self.released.load(Ordering::Acquire)
-            || std::process::id() != self.owner_pid
+            || crate::sys::pid() != self.owner_pid
             || self.released.swap(true, Ordering::AcqRel)
         {
             return Ok(());
@@ -830,7 +830,7 @@ pub(crate) mod share {
             return Ok(None);
         }
         let owner = OWNER.load(Ordering::Acquire);
-        if owner == 0 || owner != std::process::id() {
+        if owner == 0 || owner != crate::sys::pid() {
             return Ok(None);
         }
         let held = {
@@ -924,7 +924,7 @@ mod heartbeat {
 
     /// The calling process's heartbeat.
     fn shared() -> &'static Shared {
-        let pid = std::process::id();
+        let pid = crate::sys::pid();
         let first = *SHARED.get_or_init(|| start(pid));
         if first.pid == pid {
             return first;

@@ -1305,7 +1305,7 @@ pub(crate) fn subscribe(dir: BorrowedFd<'_>) -> Option<Subscription<'_>> {
     use std::os::fd::AsRawFd as _;
     let st = fstat(dir).ok()?;
     let key: Key = FileId::of(&st);
-    let pid = std::process::id();
+    let pid = crate::sys::pid();
     let watcher = {
         let mut map = WATCHERS.lock();
         let map = map.get_or_insert_with(HashMap::new);

@@ -89,7 +89,7 @@ impl Mark {
     /// fork, and the child's copy of that lock would then never be released (the
     /// child's copies of the records do not count anyway).
     pub(crate) fn forget(&self) {
-        if self.forgotten.load(Ordering::Relaxed) || std::process::id() != self.pid {
+        if self.forgotten.load(Ordering::Relaxed) || crate::sys::pid() != self.pid {
             return;
         }
         self.forgotten.store(true, Ordering::Relaxed);
@@ -133,7 +133,7 @@ fn find(sd: &StateDir, blocks: impl Fn(Kind) -> bool) -> Option<Mine> {
         return None;
     }
     let thread = std::thread::current().id();
-    let pid = std::process::id();
+    let pid = crate::sys::pid();
     let dir = sd.id();
     let candidates: Vec<(Kind, LockName, PathBuf)> = records
         .iter()

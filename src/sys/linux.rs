@@ -43,9 +43,72 @@ pub(crate) struct Identity {
 
 static IDENTITY: Mutex<Option<Identity>> = Mutex::new(None);
 
+/// This process's pid, with no system call but the first in each process.
+///
+/// `getpid` is a system call (glibc caches nothing), and the lock asks it at every
+/// acquisition and release: a guard does nothing in a forked child, so it compares the
+/// pid with its owner's (issue #14: four `getpid` per uncontended read). The pid is
+/// kept in a page of its own marked `MADV_WIPEONFORK` (Linux 4.14): the kernel hands
+/// the child of any fork, however made (`fork`, glibc's `_Fork`, a raw `clone` without
+/// `CLONE_VM`), that page filled with zeros, and a zero is asked again. Where the page
+/// cannot be made or marked, every call asks.
+pub(crate) fn pid() -> u32 {
+    match pid_cell() {
+        Some(cell) => match cell.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => {
+                let pid = std::process::id();
+                cell.store(pid, std::sync::atomic::Ordering::Relaxed);
+                pid
+            }
+            pid => pid,
+        },
+        None => std::process::id(),
+    }
+}
+
+/// The wiped-on-fork cell of [`pid`], made at the first call; `None` if it cannot be.
+fn pid_cell() -> Option<&'static std::sync::atomic::AtomicU32> {
+    use nix::libc;
+    use std::sync::OnceLock;
+    // The page's address. The `OnceLock` itself is copied into a child as it is: the
+    // mapping is inherited too, its contents wiped.
+    static PAGE: OnceLock<Option<usize>> = OnceLock::new();
+    let addr = (*PAGE.get_or_init(|| {
+        // SAFETY: an anonymous private mapping at an address of the kernel's choosing
+        // touches no memory of ours; the result is checked for MAP_FAILED.
+        let page = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if page == libc::MAP_FAILED {
+            return None;
+        }
+        // SAFETY: `page` is the mapping just made, 4096 bytes, page-aligned.
+        if unsafe { libc::madvise(page, 4096, libc::MADV_WIPEONFORK) } != 0 {
+            // Not wiped on fork (a kernel before 4.14): a child would read its parent's
+            // pid. Unmapped and not used.
+            // SAFETY: the mapping just made, which nothing else refers to.
+            unsafe { libc::munmap(page, 4096) };
+            return None;
+        }
+        Some(page as usize)
+    }))?;
+    // SAFETY: `addr` is a page mapped read-write above and never unmapped, so it lives
+    // as long as the process; it is page-aligned, hence aligned for `AtomicU32`, and
+    // zero-filled at first (and in a child), a valid `AtomicU32`. Only atomic accesses
+    // are made through it.
+    Some(unsafe { &*(addr as *const std::sync::atomic::AtomicU32) })
+}
+
 /// This process's identity. Cached, and recomputed after a fork (the pid changes).
 pub(crate) fn identity() -> Identity {
-    let pid = std::process::id();
+    let pid = pid();
     let mut cached = IDENTITY.lock();
     if let Some(id) = cached.as_ref().filter(|id| id.pid == pid) {
         return id.clone();
@@ -465,6 +528,34 @@ fn mount_of(fd: std::os::fd::BorrowedFd<'_>) -> Option<MountEntry> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The kept pid is this process's, and a child made by a raw `clone` (no fork
+    /// handlers of glibc or anyone) finds its own, not its parent's.
+    #[test]
+    fn the_kept_pid_is_asked_again_in_a_child_however_made() {
+        use nix::libc;
+        assert_eq!(pid(), std::process::id());
+        assert_eq!(pid(), std::process::id());
+        let parent = pid();
+        // SAFETY: `clone` with only SIGCHLD and no new stack is `fork`; the child runs
+        // nothing but `pid`, which after its first use in the parent takes no lock and
+        // allocates nothing (an atomic load, `getpid`, an atomic store), then `_exit`s.
+        let child = unsafe { libc::syscall(libc::SYS_clone, libc::SIGCHLD, 0, 0, 0, 0) };
+        if child == 0 {
+            let ok = pid() == std::process::id() && pid() != parent;
+            // SAFETY: `_exit` ends the child at once, running nothing of the parent's.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        assert!(child > 0, "clone: {}", Errno::last());
+        let child = Pid::from_raw(i32::try_from(child).expect("a pid"));
+        let status = nix::sys::wait::waitpid(child, None).expect("waitpid");
+        assert_eq!(
+            status,
+            nix::sys::wait::WaitStatus::Exited(child, 0),
+            "the child read its parent's pid"
+        );
+        assert_eq!(pid(), parent);
+    }
 
     #[test]
     fn own_identity_is_alive() {
