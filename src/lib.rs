@@ -233,7 +233,12 @@
 //! - A guard dropped early releases early: `let _ = lock.write()?;` releases at once
 //!   (the guards are `#[must_use]`); bind it to a named variable.
 //! - After `fork`, the child does not own the parent's guards: releasing or dropping
-//!   them in the child does nothing, and the parent still holds the lock.
+//!   them in the child does nothing, and the parent still holds the lock. A child may
+//!   take locks of its own, but, as with any library that keeps locks in memory, not if
+//!   it was forked while another thread of the parent was inside the library: the child
+//!   could find one of those in-memory locks held for ever and block. Fork from a thread
+//!   that is alone in the library (or `exec` in the child), as the standard library's
+//!   `Command` does.
 //! - Threads of one process take the lock like separate processes: a thread waits for
 //!   another thread's guard as for another process's. See *Threads* for what one
 //!   thread may hold at once, and how reads of one process share one reader's file.

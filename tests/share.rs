@@ -216,16 +216,54 @@ fn a_thread_counts_only_its_own_guards_in_its_way() {
     assert!(l.status().expect("status").is_free());
 }
 
+/// The environment variable that makes `forked_child_role` act (in a process of its own).
+const FORK_ROLE: &str = "RWDIR_TEST_SHARE_FORK";
+
+/// A forked child makes a reader's file of its own, never joins its parent's. The fork
+/// is made in a process of this test binary that runs that one test
+/// (`forked_child_role`): forked from the usual run, with other tests' threads inside
+/// the library, the child could inherit a lock one of them held (found when the child
+/// hung in `owned::find`, 2026-12-03).
 #[test]
 fn a_forked_child_makes_a_file_of_its_own() {
-    use nix::sys::wait::{WaitStatus, waitpid};
-    use nix::unistd::{ForkResult, fork};
     let dir = tempdir();
-    let l = lock(dir.path());
+    let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "--exact",
+            "forked_child_role",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(FORK_ROLE, dir.path())
+        .output()
+        .expect("run the role");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("forked child: own file"),
+        "{}\n{}\n{}",
+        out.status,
+        text,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(reader_files(dir.path()).is_empty());
+}
+
+/// Role of `a_forked_child_makes_a_file_of_its_own`: holds a read lock on the directory
+/// in `FORK_ROLE`, forks, and the child takes a read lock and says whether its file is
+/// its parent's. Does nothing in a normal test run.
+#[test]
+fn forked_child_role() {
+    use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+    use nix::unistd::{ForkResult, fork};
+    let Some(dir) = std::env::var_os(FORK_ROLE) else {
+        return;
+    };
+    let l = lock(Path::new(&dir));
     let parents = l.read().expect("read");
-    // SAFETY: the child takes a read lock, compares two paths and calls `_exit`, never
-    // returning into the test harness; no other thread of this test holds a lock of the
-    // library at the fork (the heartbeat thread's lock is taken only while it beats).
+    // SAFETY: this process runs this one test, so no other thread is inside the library
+    // at the fork (the heartbeat thread locks its state only while it beats, every
+    // lease / 3); the child takes a read lock, compares two paths and calls `_exit`,
+    // never returning into the test harness.
     match unsafe { fork() }.expect("fork") {
         ForkResult::Child => {
             let code = match l.read() {
@@ -237,15 +275,28 @@ fn a_forked_child_makes_a_file_of_its_own() {
             unsafe { nix::libc::_exit(code) }
         }
         ForkResult::Parent { child } => {
-            let status = waitpid(child, None).expect("waitpid");
+            let end = std::time::Instant::now() + Duration::from_secs(60);
+            let status = loop {
+                match waitpid(child, Some(WaitPidFlag::WNOHANG)).expect("waitpid") {
+                    WaitStatus::StillAlive if std::time::Instant::now() < end => {
+                        thread::sleep(Duration::from_millis(5));
+                    }
+                    WaitStatus::StillAlive => {
+                        let _ = nix::sys::signal::kill(child, nix::sys::signal::SIGKILL);
+                        panic!("the forked child hung");
+                    }
+                    other => break other,
+                }
+            };
             assert_eq!(
                 status,
                 WaitStatus::Exited(child, 0),
-                "1: the child joined its parent's file"
+                "1: the child joined its parent's file, 2: it failed"
             );
         }
     }
     parents.check().expect("the parent still holds its lock");
+    println!("forked child: own file");
 }
 
 #[cfg(feature = "tokio")]
