@@ -810,7 +810,10 @@ fn a_writer_waiting_for_readers_renews_its_master_lock() {
 
 /// `.master_lock` is renewed at the grant: after a wait, its first heartbeat is up to a
 /// period away, and a file made long before would meanwhile look stale to a judge by
-/// lease. With a 30 s lease nothing else renews it within the test.
+/// lease. With a 30 s lease nothing else renews it within the test. The grant skips
+/// the touch for a file made less than an eighth of a period (1.25 s here) before, whose
+/// mtime is as fresh as a touch would make it (docs/protocol.md §3.8): so the writer
+/// waits 1.5 s, and the file's mtime is then set back 60 s, standing for a long wait.
 #[test]
 fn a_write_grant_renews_master_lock() {
     let dir = tempdir();
@@ -833,6 +836,8 @@ fn a_write_grant_renews_master_lock() {
     wait_until("the waiter made .master_lock", dir.path(), || {
         master.exists() && common::pending_pids(&lk).is_empty()
     });
+    // Not a guess at readiness: the wait itself must last this long.
+    std::thread::sleep(Duration::from_millis(1500));
     common::age(&master, Duration::from_secs(60));
     let aged = mtime(&master);
     reader.release().expect("release");

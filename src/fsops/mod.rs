@@ -86,6 +86,8 @@ thread_local! {
     /// The same count, readable from another thread while this one waits.
     pub(crate) static LISTINGS_SHARED: std::cell::RefCell<Option<std::sync::Arc<std::sync::atomic::AtomicUsize>>> =
         const { std::cell::RefCell::new(None) };
+    /// Touches of our own files made by this thread ([`StateDir::touch`]).
+    pub(crate) static TOUCHES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// The lock files found by one `readdir`, by kind. Foreign names are left out.

@@ -136,6 +136,8 @@ impl StateDir {
     pub(crate) fn touch(fd: &OwnedFd) -> nix::Result<()> {
         use nix::sys::stat::futimens;
         use nix::sys::time::TimeSpec;
+        #[cfg(test)]
+        super::TOUCHES.with(|n| n.set(n.get() + 1));
         futimens(fd, &TimeSpec::UTIME_NOW, &TimeSpec::UTIME_NOW)
     }
 }

@@ -71,6 +71,18 @@ impl Own {
         *self.touched.lock() = started;
     }
 
+    /// The grant's renewal of `.master_lock` (W6): a touch, unless the file was made or
+    /// last touched less than an eighth of a heartbeat period ago. Such a touch would move
+    /// the file's mtime by less than that, against a lease of three periods, so no judge
+    /// could tell; and `touched`, where the guard's heartbeat and watchdog start, stays
+    /// true. It spares an uncontended write and a hand-off between writers a system call,
+    /// and every waiter watching `.master_lock` an `IN_ATTRIB` to check (issue #14).
+    fn renew_at_grant(&self, period: Duration) {
+        if self.touched.lock().elapsed() >= period / 8 {
+            self.touch();
+        }
+    }
+
     /// When [`Own::keep_fresh`] must run next.
     fn due(&self, period: Duration) -> Option<Instant> {
         self.touched.lock().checked_add(period)
@@ -762,9 +774,9 @@ async fn enter(
             return Err(e);
         }
     };
-    // The grant. Renew `.master_lock` now: it may have been made long ago, and the
-    // heartbeat's first beat comes up to one period from now.
-    master.touch();
+    // The grant. Renew `.master_lock` now if it was made (or last renewed) a while ago:
+    // the heartbeat's first beat comes up to one period from now.
+    master.renew_at_grant(at.cfg.refresh_period());
     // W6, on every filesystem: a local directory can be shared with processes that judge
     // us by lease (another pid namespace), so the file may have been broken and made
     // again by someone else while we waited. Checked after the touch, which renewed our
@@ -1361,6 +1373,51 @@ mod tests {
             "R listed the directory during W's grant and hold"
         );
         assert_eq!(at_grant - before, 1, "R's listings up to its grant (1: R3)");
+    }
+
+    /// The grant touches `.master_lock` only if the file was made a while ago (W6): not
+    /// for a write that did not wait (its file was made a moment before), but for one
+    /// that waited for a reader longer than an eighth of a heartbeat period.
+    #[test]
+    fn the_grant_touches_master_only_if_it_was_made_a_while_ago() {
+        use crate::fsops::TOUCHES;
+        let dir = tempfile::tempdir().expect("tempdir");
+        // A period of 10 s: a grant within 1.25 s of the file's creation skips the touch
+        // (however slow the machine, an uncontended write takes less), and no renewal is
+        // due while the writer below waits.
+        let lk = crate::DirLock::builder(dir.path())
+            .lease(Duration::from_secs(30))
+            .poll_interval(Duration::from_millis(1), Duration::from_millis(20))
+            .build()
+            .expect("lock");
+        let touches = || TOUCHES.with(std::cell::Cell::get);
+        let before = touches();
+        drop(lk.write().expect("write"));
+        assert_eq!(
+            touches() - before,
+            0,
+            "a write that did not wait touched its file"
+        );
+        let (held_tx, held_rx) = crossbeam_channel::bounded(0);
+        let before = std::thread::scope(|s| {
+            let lk = &lk;
+            s.spawn(move || {
+                let r = lk.read().expect("read");
+                held_tx.send(()).expect("send");
+                // Longer than 1.25 s, shorter than the period.
+                std::thread::sleep(Duration::from_secs(2));
+                drop(r);
+            });
+            held_rx.recv().expect("the reader holds");
+            let before = touches();
+            drop(lk.write().expect("write behind the reader"));
+            before
+        });
+        assert_eq!(
+            touches() - before,
+            1,
+            "a write that waited 2 s: one touch, the grant's"
+        );
     }
 
     /// The listings this thread makes while `f` runs.
