@@ -227,14 +227,7 @@ const FORK_ROLE: &str = "RWDIR_TEST_SHARE_FORK";
 #[test]
 fn a_forked_child_makes_a_file_of_its_own() {
     let dir = tempdir();
-    let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
-        .args([
-            "--exact",
-            "forked_child_role",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(FORK_ROLE, dir.path())
+    let out = common::this_test_alone("forked_child_role", FORK_ROLE, dir.path())
         .output()
         .expect("run the role");
     let text = String::from_utf8_lossy(&out.stdout);

@@ -643,14 +643,7 @@ fn forked_child_role() {
 fn a_forked_childs_guards_are_kept_fresh() {
     use std::io::BufRead;
     let dir = tempdir();
-    let mut run = std::process::Command::new(std::env::current_exe().expect("test binary"))
-        .args([
-            "--exact",
-            "forked_child_role",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(FORK_ROLE, dir.path())
+    let mut run = common::this_test_alone("forked_child_role", FORK_ROLE, dir.path())
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("spawn");

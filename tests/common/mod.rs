@@ -324,6 +324,17 @@ pub struct Child {
     reaped: bool,
 }
 
+/// A run of this test binary on the one test `test` alone (`--exact`, one thread), with
+/// `var` set to `value`: for a test that forks, whose child must not inherit an
+/// in-memory lock that another test's thread held at the fork.
+#[allow(dead_code)] // not every test binary forks
+pub fn this_test_alone(test: &str, var: &str, value: &Path) -> Command {
+    let mut cmd = Command::new(std::env::current_exe().expect("test binary"));
+    cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(var, value);
+    cmd
+}
+
 impl Child {
     /// Starts a child locking `dir` with default test options.
     pub fn spawn(name: &str, dir: &Path) -> Child {
