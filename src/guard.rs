@@ -251,8 +251,8 @@ impl Held {
 
     /// Releases the file (R5 / W8). Idempotent; a no-op in a forked child.
     pub(crate) fn release(&self) -> Result<()> {
-        // `released` first: a guard's drop calls this again after an explicit release,
-        // and the pid check is a system call.
+        // `released` first: a guard's drop calls this again after an explicit release.
+        // The pid check then keeps a forked child off the parent's file (`sys::pid`).
         if self.released.load(Ordering::Acquire)
             || crate::sys::pid() != self.owner_pid
             || self.released.swap(true, Ordering::AcqRel)
