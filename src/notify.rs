@@ -30,6 +30,14 @@
 //! processes however many wait. A `futimens` (a renewal, the grant's touch) raises
 //! `IN_ATTRIB` too; one `fstatat` of the name tells it from a removal, and the waiter
 //! sleeps on.
+//!
+//! A reader's wait on one file is quiet ([`Subscription::quiet`]): it watches for the
+//! file's deletion (`IN_DELETE_SELF`, raised when its last reference goes) instead of
+//! `IN_ATTRIB`, which `unlink` raises while it holds the state directory's lock. A
+//! release unlinks its file while holding it open and closes it right after, so a herd
+//! of readers wakes once that lock is free, instead of piling up on it behind the
+//! releasing process (docs/notes/contention.md §11). A file kept open by another process
+//! past its removal is found gone by a look at its name every `QUIET_CHECK`.
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -70,6 +78,11 @@ impl Removed {
     /// breaker's) was removed, or anything may have happened (queue overflow, the
     /// directory gone, a read error).
     pub(crate) const OTHER: Removed = Removed(2);
+    /// With [`Removed::OTHER`], from a wait on one file: the kernel said that file's
+    /// inode was deleted (`IN_DELETE_SELF`), or the name was found absent. For a unique
+    /// name (a queued writer's file) the name is then gone for good, and need not be
+    /// looked up again. Never set by the shared watch.
+    pub(crate) const GONE: Removed = Removed(4);
 
     pub(crate) fn is_nothing(self) -> bool {
         self == Removed::NOTHING
@@ -78,6 +91,11 @@ impl Removed {
     /// Whether the removal of `.master_lock` is among them.
     pub(crate) fn has_master(self) -> bool {
         self.0 & Removed::MASTER.0 != 0
+    }
+
+    /// Whether the one file waited for was seen gone ([`Removed::GONE`]).
+    pub(crate) fn file_gone(self) -> bool {
+        self.0 & Removed::GONE.0 != 0
     }
 
     /// Takes what `cell` holds, leaving nothing.
@@ -390,12 +408,15 @@ pub(crate) struct Subscription<'d> {
     /// when no look comes between (see `Attempt::sleep`): the file, its inode when
     /// watched, the watch. Dropped at the next look ([`Subscription::forget`]).
     kept: Mutex<Option<(LockName, u64, WatchDescriptor)>>,
+    /// Whether a wait on one file sleeps through `IN_ATTRIB` ([`Subscription::quiet`]).
+    quiet: AtomicBool,
 }
 
 impl Subscription<'_> {
-    /// Waits on a watch of one file (`IN_ATTRIB`, `IN_DELETE_SELF`, `IN_MOVE_SELF`) until the
-    /// file `name`, inode `ino` when the watch was made, is gone: `Some(true)`;
-    /// `Some(false)` if `until` came first, `None` if `ppoll` failed.
+    /// Waits on watch `wd` of one file (`IN_DELETE_SELF`, `IN_MOVE_SELF`, and `IN_ATTRIB`
+    /// unless the wait is quiet) until the file `name`, inode `ino` when the watch was
+    /// made, is gone, `until` comes, or `owner` (a pidfd) becomes readable: its process
+    /// exited, and the file may now be judged dead. `None` if `ppoll` failed.
     ///
     /// `unlink` raises `IN_ATTRIB` (the link count changes), but so does every touch of the
     /// file: its owner's renewals, and the grant's `futimens` of `.master_lock`, which would
@@ -403,34 +424,69 @@ impl Subscription<'_> {
     /// grant. So an `IN_ATTRIB` alone is checked with one `fstatat` of the name: still there,
     /// the same inode, and the wait goes on.
     ///
-    /// `owner`, a pidfd, ends the wait too (`Some(true)`) when it becomes readable: its
-    /// process exited, and the file may now be judged dead.
+    /// A quiet wait ([`Subscription::quiet`]) does not watch `IN_ATTRIB`: it wakes at
+    /// `IN_DELETE_SELF`, which the kernel raises when the last reference to the unlinked
+    /// file goes. Our own release unlinks a file while it still holds it open and closes
+    /// it right after, so that event comes once the state directory's lock is released,
+    /// and a herd of readers woken by it does not pile up on that lock behind the
+    /// releasing process (`IN_ATTRIB` is raised while `unlink` holds it). Should another
+    /// process keep the file open (a child forked by its owner, say), the event comes
+    /// only when it closes it; so a quiet wait looks at the name every `QUIET_CHECK`.
     fn wait_gone(
         &self,
         inotify: &Inotify,
-        name: &str,
-        ino: u64,
+        (name, ino, wd): (&str, u64, WatchDescriptor),
         until: Option<Instant>,
         owner: Option<BorrowedFd<'_>>,
-    ) -> Option<bool> {
+    ) -> Option<FileWait> {
+        let quiet = self.quiet.load(Ordering::Relaxed);
+        let look = |certain_if_absent: bool| match self.ino_of(name) {
+            Ok(i) if i == ino => None,
+            Err(Errno::ENOENT) => Some(FileWait::Gone {
+                certain: certain_if_absent,
+                unwatched: false,
+            }),
+            _ => Some(FileWait::Gone {
+                certain: false,
+                unwatched: false,
+            }),
+        };
         loop {
-            match wait_readable(inotify, owner, until)? {
-                Ready::Timeout => return Some(false),
-                Ready::Owner => return Some(true),
+            let check = if quiet {
+                Instant::now().checked_add(QUIET_CHECK)
+            } else {
+                None
+            };
+            let wake = match (until, check) {
+                (Some(u), Some(c)) => Some(u.min(c)),
+                (u, c) => u.or(c),
+            };
+            match wait_readable(inotify, owner, wake)? {
+                Ready::Timeout if !quiet || until.is_some_and(|u| Instant::now() >= u) => {
+                    return Some(FileWait::Timeout);
+                }
+                Ready::Timeout => match look(true) {
+                    Some(gone) => return Some(gone),
+                    None => continue,
+                },
+                Ready::Owner => return Some(FileWait::OwnerExited),
                 Ready::Inotify => {}
             }
-            let touched_only = match inotify.read_events() {
-                Ok(events) => {
-                    !events.is_empty() && events.iter().all(|e| e.mask == AddWatchFlags::IN_ATTRIB)
-                }
-                Err(_) => false,
-            };
+            // A failed read reports nothing: taken for a removal below (look again).
+            let events = inotify.read_events().unwrap_or_default();
+            let ours = |flag| events.iter().any(|e| e.wd == wd && e.mask.contains(flag));
+            let touched_only =
+                !events.is_empty() && events.iter().all(|e| e.mask == AddWatchFlags::IN_ATTRIB);
             if !touched_only {
-                return Some(true);
+                return Some(FileWait::Gone {
+                    certain: ours(AddWatchFlags::IN_DELETE_SELF),
+                    // The kernel dropped the watch (`IN_IGNORED` follows
+                    // `IN_DELETE_SELF`): nothing left to remove, or to drain.
+                    unwatched: ours(AddWatchFlags::IN_IGNORED),
+                });
             }
-            match self.ino_of(name) {
-                Ok(i) if i == ino => {}
-                _ => return Some(true),
+            if let Some(gone) = look(true) {
+                return Some(gone);
             }
         }
     }
@@ -445,6 +501,24 @@ impl Subscription<'_> {
 /// How long the first wait for a new owner lasts at most (see `wait_on`).
 const FIRST_WAIT: Duration = Duration::from_millis(10);
 
+/// How often a quiet wait on one file looks at its name (see `Subscription::wait_gone`):
+/// the bound on the delay when another process keeps the file open past its removal.
+/// One `fstatat` per waiter and period: 64 waiters look 128 times a second.
+const QUIET_CHECK: Duration = Duration::from_secs(5);
+
+/// How a wait on one file ended (`Subscription::wait_gone`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FileWait {
+    /// The wait's time ran out.
+    Timeout,
+    /// The owner's process exited (its pidfd is readable); its file may still be there.
+    OwnerExited,
+    /// The file is gone or was replaced. `certain`: its inode was deleted
+    /// (`IN_DELETE_SELF`) or the name is absent. `unwatched`: the kernel has dropped the
+    /// watch already (`IN_IGNORED` read).
+    Gone { certain: bool, unwatched: bool },
+}
+
 thread_local! {
     /// The calling thread's own instance, for its waits on one file; made at the first,
     /// `None` if it cannot be (then the shared watch serves). Kept for the thread's
@@ -454,6 +528,15 @@ thread_local! {
 }
 
 impl Subscription<'_> {
+    /// Makes this subscriber's waits on one file quiet (see `Subscription::wait_gone`):
+    /// they watch for the file's deletion (`IN_DELETE_SELF`) and not for `IN_ATTRIB`,
+    /// which `unlink` raises while it holds the state directory's lock. For readers,
+    /// who may wait by the dozen for one file; a queued writer, the one waiter of its
+    /// predecessor's file, goes on waking at the `unlink` itself.
+    pub(crate) fn quiet(&self, on: bool) {
+        self.quiet.store(on, Ordering::Relaxed);
+    }
+
     /// Says which removals concern the next waits (until [`Subscription::forget`]), and,
     /// for a wait on one file, whose exit ends the wait too (see
     /// [`crate::liveness::verdict`]). Removals already reported stay reported.
@@ -537,19 +620,19 @@ impl Subscription<'_> {
                 // The inode watched, to tell a removal from a touch (see `wait_gone`).
                 let ino = match self.ino_of(&file) {
                     Ok(ino) => ino,
-                    Err(Errno::ENOENT) => return Some(gone),
+                    Err(Errno::ENOENT) => return Some(gone | Removed::GONE),
                     Err(_) => return None,
                 };
-                match inotify.add_watch(
-                    path.as_str(),
-                    AddWatchFlags::IN_ATTRIB
-                        | AddWatchFlags::IN_DELETE_SELF
-                        | AddWatchFlags::IN_MOVE_SELF
-                        | AddWatchFlags::IN_DONT_FOLLOW,
-                ) {
+                let mut mask = AddWatchFlags::IN_DELETE_SELF
+                    | AddWatchFlags::IN_MOVE_SELF
+                    | AddWatchFlags::IN_DONT_FOLLOW;
+                if !self.quiet.load(Ordering::Relaxed) {
+                    mask |= AddWatchFlags::IN_ATTRIB;
+                }
+                match inotify.add_watch(path.as_str(), mask) {
                     Ok(wd) => (ino, wd),
                     // Gone since the listing.
-                    Err(Errno::ENOENT) => return Some(gone),
+                    Err(Errno::ENOENT) => return Some(gone | Removed::GONE),
                     Err(_) => return None,
                 }
             }
@@ -559,7 +642,8 @@ impl Subscription<'_> {
         // one after it, our own watch sees.
         let interest = std::mem::replace(&mut *self.interest.lock(), Interest::NONE);
         let removed = Removed::take(&self.changed);
-        let result = if removed.is_nothing() {
+        // `None`: the shared watch had reported a removal already (`removed`), no wait.
+        let waited = if removed.is_nothing() {
             let owner = *self.owner.lock();
             let mut pidfd = self.pidfd.lock();
             let mut until = until;
@@ -598,16 +682,28 @@ impl Subscription<'_> {
                 .as_ref()
                 .filter(|(had, _)| owner == Some(*had))
                 .map(|(_, fd)| fd.as_fd());
-            let r = self.wait_gone(inotify, &file, ino, until, fd);
-            if r == Some(false) {
+            let r = self.wait_gone(inotify, (&file, ino, wd), until, fd);
+            if r == Some(FileWait::Timeout) {
                 self.covered.store(covered, Ordering::Relaxed);
             }
-            r.map(|g| if g { gone } else { removed })
+            Some(r)
         } else {
-            Some(removed)
+            None
         };
         *self.interest.lock() = interest;
-        if self.covered() {
+        let (result, unwatched) = match waited {
+            None | Some(Some(FileWait::Timeout)) => (Some(removed), false),
+            // A failed `ppoll`.
+            Some(None) => (None, false),
+            Some(Some(FileWait::OwnerExited)) => (Some(gone), false),
+            Some(Some(FileWait::Gone { certain, unwatched })) => (
+                Some(if certain { gone | Removed::GONE } else { gone }),
+                unwatched,
+            ),
+        };
+        if unwatched {
+            // The kernel removed the watch, and queues nothing after its `IN_IGNORED`.
+        } else if self.covered() {
             // Likely to wait on the same file again without a look: keep the watch.
             *self.kept.lock() = Some((name, ino, wd));
         } else {
@@ -1347,6 +1443,7 @@ pub(crate) fn subscribe(dir: BorrowedFd<'_>) -> Option<Subscription<'_>> {
         covered: AtomicBool::new(false),
         met: Mutex::new(None),
         kept: Mutex::new(None),
+        quiet: AtomicBool::new(false),
     })
 }
 
@@ -1607,7 +1704,11 @@ mod tests {
         });
         started_tx.send(()).expect("start");
         let start = Instant::now();
-        assert_eq!(sub.wait(Duration::from_secs(30)), Removed::OTHER);
+        // Seen deleted: `GONE` says so.
+        assert_eq!(
+            sub.wait(Duration::from_secs(30)),
+            Removed::OTHER | Removed::GONE
+        );
         assert!(start.elapsed() < Duration::from_secs(15));
         remover.join().expect("remover");
         // `.master_lock`, already gone when the wait starts.
@@ -1670,8 +1771,100 @@ mod tests {
         sub.concerns(Interest::MASTER, None);
         started_tx.send(()).expect("start");
         let start = Instant::now();
-        assert_eq!(sub.wait(Duration::from_secs(30)), Removed::MASTER);
+        assert_eq!(
+            sub.wait(Duration::from_secs(30)),
+            Removed::MASTER | Removed::GONE
+        );
         assert!(start.elapsed() < Duration::from_secs(15));
+        remover.join().expect("remover");
+    }
+
+    /// A quiet wait (a reader's) on one file wakes when the file's last reference goes,
+    /// not at the `unlink` (which raises `IN_ATTRIB` inside the directory's lock): a file
+    /// unlinked while someone holds it open wakes the waiter only at the close. A touch
+    /// does not wake it at all.
+    #[test]
+    fn a_quiet_wait_wakes_at_the_last_close_of_the_file() {
+        let ahead = ".pending_lock-0e18a3fe-e080-418f-922d-b61347e980a6-1";
+        let (dir, fd) = dir_with(&[ahead]);
+        let path = dir.path().join(ahead);
+        let name = LockName::parse(ahead.as_bytes()).expect("a lock name");
+        let sub = subscribe(fd.as_fd()).expect("inotify available");
+        sub.quiet(true);
+        // A touch: no wake-up (the pause is shorter than `QUIET_CHECK`).
+        sub.concerns(Interest::only(name), None);
+        let (started_tx, started_rx) = crossbeam_channel::bounded(0);
+        let toucher = {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                started_rx.recv().expect("started");
+                std::thread::sleep(Duration::from_millis(50));
+                let f = std::fs::File::open(&path).expect("open");
+                f.set_modified(std::time::SystemTime::now()).expect("touch");
+            })
+        };
+        started_tx.send(()).expect("start");
+        assert_eq!(
+            sub.wait(Duration::from_millis(300)),
+            Removed::NOTHING,
+            "a touch woke it"
+        );
+        toucher.join().expect("toucher");
+        // Unlinked while held open: the wait goes on through the unlink, and ends at
+        // the close.
+        let held = std::fs::File::open(&path).expect("open");
+        let (started_tx, started_rx) = crossbeam_channel::bounded(0);
+        let remover = std::thread::spawn(move || {
+            started_rx.recv().expect("started");
+            std::thread::sleep(Duration::from_millis(50));
+            std::fs::remove_file(path).expect("remove");
+            std::thread::sleep(Duration::from_millis(200));
+            let closed = Instant::now();
+            drop(held);
+            closed
+        });
+        sub.concerns(Interest::only(name), None);
+        started_tx.send(()).expect("start");
+        let start = Instant::now();
+        let removed = sub.wait(Duration::from_secs(30));
+        let woke = Instant::now();
+        let closed = remover.join().expect("remover");
+        assert_eq!(removed, Removed::OTHER | Removed::GONE);
+        assert!(woke >= closed, "woken before the close: by the unlink");
+        // Woken by the close, not by its look at the name (every `QUIET_CHECK`).
+        assert!(
+            woke.duration_since(start) < QUIET_CHECK,
+            "{:?}",
+            woke.duration_since(start)
+        );
+    }
+
+    /// A quiet wait on a file that another process keeps open after its removal (a
+    /// child forked by its owner, say) is not woken by the kernel: it finds the name
+    /// gone at its next look, within `QUIET_CHECK`, not at the end of its pause.
+    #[test]
+    fn a_quiet_wait_finds_a_file_kept_open_gone_within_its_check() {
+        let ahead = ".pending_lock-0e18a3fe-e080-418f-922d-b61347e980a6-1";
+        let (dir, fd) = dir_with(&[ahead]);
+        let path = dir.path().join(ahead);
+        let name = LockName::parse(ahead.as_bytes()).expect("a lock name");
+        let sub = subscribe(fd.as_fd()).expect("inotify available");
+        sub.quiet(true);
+        let _held = std::fs::File::open(&path).expect("open");
+        let remover = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            std::fs::remove_file(path).expect("remove");
+        });
+        sub.concerns(Interest::only(name), None);
+        let start = Instant::now();
+        assert_eq!(
+            sub.wait(Duration::from_secs(30)),
+            Removed::OTHER | Removed::GONE
+        );
+        // Generous: the look comes `QUIET_CHECK` after the wait began, and the pause
+        // (30 s) would end far later.
+        let took = start.elapsed();
+        assert!(took < QUIET_CHECK * 3, "{took:?}");
         remover.join().expect("remover");
     }
 

@@ -86,6 +86,10 @@ thread_local! {
     /// The same count, readable from another thread while this one waits.
     pub(crate) static LISTINGS_SHARED: std::cell::RefCell<Option<std::sync::Arc<std::sync::atomic::AtomicUsize>>> =
         const { std::cell::RefCell::new(None) };
+    /// Names this thread looked up with [`StateDir::exists`], readable from another
+    /// thread, for tests that count them.
+    pub(crate) static EXISTS_SHARED: std::cell::RefCell<Option<std::sync::Arc<std::sync::atomic::AtomicUsize>>> =
+        const { std::cell::RefCell::new(None) };
     /// Touches of our own files made by this thread ([`StateDir::touch`]).
     pub(crate) static TOUCHES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
@@ -300,6 +304,12 @@ impl StateDir {
     /// Whether something is at `name` (one `fstatat`, symlinks not followed); `true` if
     /// that cannot be told.
     pub(crate) fn exists(&self, name: &LockName) -> bool {
+        #[cfg(test)]
+        EXISTS_SHARED.with(|n| {
+            if let Some(n) = n.borrow().as_ref() {
+                n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        });
         !matches!(
             fstatat(
                 &self.fd,

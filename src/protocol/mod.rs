@@ -359,6 +359,12 @@ impl<'a> Attempt<'a> {
         }
         self.subscribed = true;
         self.wake = notify::subscribe(self.sd.fd().as_fd());
+        if let Some(w) = &self.wake {
+            // A reader's waits on one file wake when the file is deleted, after the
+            // `unlink` has left the state directory's lock: a herd of readers then does
+            // not queue up on that lock behind the releasing writer (`notify`).
+            w.quiet(self.want == Kind::Read);
+        }
         if self.wake.is_some() && !self.sd.is_remote() {
             // Locally every change makes an event; the poll only backs up what makes
             // none (a holder's death or its lease running out), and a long wait may
@@ -654,9 +660,11 @@ async fn look_before_announcing(at: &mut Attempt<'_>) -> Result<()> {
         // one's file, and it is gone (that writer left, gave up, or was judged dead and
         // removed): announce at once, as V1 does; R3 decides. A wake-up for its owner's
         // death leaves the file in place, for R1 to judge and remove.
+        // A wait that saw the file's inode deleted needs no `fstatat` to know it (its
+        // name is unique).
         if let Some((name, _)) = youngest
             && !removed.is_nothing()
-            && !at.sd.exists(&name)
+            && (removed.file_gone() || !at.sd.exists(&name))
         {
             return Ok(());
         }
@@ -1164,6 +1172,7 @@ mod tests {
         fn spawn(lk: &crate::DirLock, counters: Option<&Counters>, write: bool) -> Taker {
             let counter = counters.map(|c| std::sync::Arc::clone(&c.listings));
             let covered = counters.map(|c| std::sync::Arc::clone(&c.covered));
+            let lookups = counters.map(|c| std::sync::Arc::clone(&c.lookups));
             let (tx, granted) = crossbeam_channel::bounded(1);
             let (release, rx) = crossbeam_channel::bounded::<()>(1);
             let lk = lk.clone();
@@ -1171,6 +1180,7 @@ mod tests {
                 let n = counter.clone();
                 crate::fsops::LISTINGS_SHARED.with(|s| *s.borrow_mut() = n);
                 COVERED_SHARED.with(|s| *s.borrow_mut() = covered);
+                crate::fsops::EXISTS_SHARED.with(|s| *s.borrow_mut() = lookups);
                 let read = || counter.as_ref().map_or(0, |n| n.load(Ordering::SeqCst));
                 if write {
                     let g = lk.write().expect("write");
@@ -1207,9 +1217,15 @@ mod tests {
     struct Counters {
         listings: std::sync::Arc<std::sync::atomic::AtomicUsize>,
         covered: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+        /// Names looked up with `StateDir::exists`.
+        lookups: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     }
 
     impl Counters {
+        fn lookups(&self) -> usize {
+            self.lookups.load(Ordering::SeqCst)
+        }
+
         fn listings(&self) -> usize {
             self.listings.load(Ordering::SeqCst)
         }
@@ -1360,6 +1376,7 @@ mod tests {
         let r_counters = Counters::default();
         let r = Taker::spawn(&lk, Some(&r_counters), false);
         let before = r_counters.settled();
+        let lookups = r_counters.lookups();
         drop(x);
         w.granted();
         // W holds for a while: R's wake-up at W's grant, if any, comes within a few ms.
@@ -1373,6 +1390,13 @@ mod tests {
             "R listed the directory during W's grant and hold"
         );
         assert_eq!(at_grant - before, 1, "R's listings up to its grant (1: R3)");
+        // Woken by the deletion of W's pending file (a quiet wait, `notify`), R knows
+        // it is gone without looking its name up.
+        assert_eq!(
+            r_counters.lookups() - lookups,
+            0,
+            "R looked up W's file after the wake-up"
+        );
     }
 
     /// The grant touches `.master_lock` only if the file was made a while ago (W6): not
