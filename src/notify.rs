@@ -1779,16 +1779,28 @@ mod tests {
         remover.join().expect("remover");
     }
 
+    /// A state directory holding one queued writer's file: the directory, its
+    /// descriptor, the file's path and name.
+    fn queued_writers_file() -> (
+        tempfile::TempDir,
+        std::fs::File,
+        std::path::PathBuf,
+        LockName,
+    ) {
+        let ahead = ".pending_lock-0e18a3fe-e080-418f-922d-b61347e980a6-1";
+        let (dir, fd) = dir_with(&[ahead]);
+        let path = dir.path().join(ahead);
+        let name = LockName::parse(ahead.as_bytes()).expect("a lock name");
+        (dir, fd, path, name)
+    }
+
     /// A quiet wait (a reader's) on one file wakes when the file's last reference goes,
     /// not at the `unlink` (which raises `IN_ATTRIB` inside the directory's lock): a file
     /// unlinked while someone holds it open wakes the waiter only at the close. A touch
     /// does not wake it at all.
     #[test]
     fn a_quiet_wait_wakes_at_the_last_close_of_the_file() {
-        let ahead = ".pending_lock-0e18a3fe-e080-418f-922d-b61347e980a6-1";
-        let (dir, fd) = dir_with(&[ahead]);
-        let path = dir.path().join(ahead);
-        let name = LockName::parse(ahead.as_bytes()).expect("a lock name");
+        let (_dir, fd, path, name) = queued_writers_file();
         let sub = subscribe(fd.as_fd()).expect("inotify available");
         sub.quiet(true);
         // A touch: no wake-up (the pause is shorter than `QUIET_CHECK`).
@@ -1844,10 +1856,7 @@ mod tests {
     /// gone at its next look, within `QUIET_CHECK`, not at the end of its pause.
     #[test]
     fn a_quiet_wait_finds_a_file_kept_open_gone_within_its_check() {
-        let ahead = ".pending_lock-0e18a3fe-e080-418f-922d-b61347e980a6-1";
-        let (dir, fd) = dir_with(&[ahead]);
-        let path = dir.path().join(ahead);
-        let name = LockName::parse(ahead.as_bytes()).expect("a lock name");
+        let (_dir, fd, path, name) = queued_writers_file();
         let sub = subscribe(fd.as_fd()).expect("inotify available");
         sub.quiet(true);
         let _held = std::fs::File::open(&path).expect("open");
