@@ -165,8 +165,8 @@ impl Holder {
             s,
             "{MAGIC}\nkind {}\nhost {}\nboot_id {}\npidns {}\npid {}\nstart {}\npgid {}\nnonce {}\nsince_ns {}\nlease_ms {}\n",
             self.kind,
-            sanitize(&self.host),
-            sanitize(&self.boot_id),
+            Sanitized(&self.host),
+            Sanitized(&self.boot_id),
             self.pidns,
             self.pid,
             self.start,
@@ -245,6 +245,23 @@ pub fn sanitize(s: &str) -> String {
         .collect()
 }
 
+/// [`sanitize`]'s text, written without making a `String` of it.
+struct Sanitized<'a>(&'a str);
+
+impl std::fmt::Display for Sanitized<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = self.0;
+        // The usual case, host names and boot ids: nothing to replace.
+        if s.len() <= 255 && s.bytes().all(|b| b.is_ascii_graphic()) {
+            return f.write_str(s);
+        }
+        for c in s.chars().take(255) {
+            f.write_char(if c.is_ascii_graphic() { c } else { '?' })?;
+        }
+        Ok(())
+    }
+}
+
 /// 64-bit FNV-1a. A checksum against torn and truncated records, not a defence against
 /// forgery (anyone who can write the directory can delete lock files anyway).
 fn fnv1a64(bytes: &[u8]) -> u64 {
@@ -305,6 +322,31 @@ mod tests {
         h.host = "a b\nc\u{e9}".into();
         let parsed = Holder::parse(h.format().as_bytes()).expect("parses");
         assert_eq!(parsed.host, "a?b?c?");
+    }
+
+    #[test]
+    fn a_record_writes_host_and_boot_id_as_sanitize_makes_them() {
+        let (full, long) = ("h".repeat(255), "h".repeat(256));
+        let long_odd = format!("{}\u{e9}", "h".repeat(254));
+        for text in [
+            "host-1",
+            "",
+            "a b\nc\u{e9}",
+            &full,
+            &long,
+            &long_odd,
+            &"\u{e9}".repeat(300),
+        ] {
+            assert_eq!(Sanitized(text).to_string(), sanitize(text), "{text:?}");
+            let mut h = sample();
+            h.host = text.into();
+            h.boot_id = text.into();
+            let parsed = Holder::parse(h.format().as_bytes()).expect("parses");
+            assert_eq!(
+                (parsed.host.as_str(), parsed.boot_id.as_str()),
+                (&*sanitize(text), &*sanitize(text))
+            );
+        }
     }
 
     #[test]

@@ -138,7 +138,7 @@ mod tests {
             kind: Kind::Read,
             host: me.host.clone(),
             boot_id: if same_host {
-                me.boot_id
+                me.boot_id.clone()
             } else {
                 "other".into()
             },

@@ -112,6 +112,57 @@ impl LockName {
     }
 }
 
+impl LockName {
+    /// The name as text, without an allocation: the system calls of an acquisition
+    /// name their file with it.
+    pub(crate) fn text(&self) -> NameText {
+        let mut t = NameText {
+            buf: [0; NAME_MAX_LEN],
+            len: 0,
+        };
+        // Every name fits (`NAME_MAX_LEN`), so writing cannot fail.
+        let _ = std::fmt::Write::write_fmt(&mut t, format_args!("{self}"));
+        t
+    }
+}
+
+/// The longest name: `.pending_lock-` (14), a uuid (36), `-` and a `u64` (20).
+const NAME_MAX_LEN: usize = 71;
+
+/// A [`LockName`] as text, on the stack ([`LockName::text`]).
+#[derive(Clone, Copy)]
+pub(crate) struct NameText {
+    buf: [u8; NAME_MAX_LEN],
+    len: usize,
+}
+
+impl NameText {
+    /// The name.
+    pub(crate) fn as_str(&self) -> &str {
+        // Only whole `&str`s are ever written into `buf` (`write_str`), so the bytes up to
+        // `len` are UTF-8; should that ever not hold, the name reads as empty, which no
+        // system call accepts, rather than as something else.
+        std::str::from_utf8(&self.buf[..self.len]).unwrap_or_default()
+    }
+}
+
+impl std::ops::Deref for NameText {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl std::fmt::Write for NameText {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let end = self.len + s.len();
+        let dst = self.buf.get_mut(self.len..end).ok_or(std::fmt::Error)?;
+        dst.copy_from_slice(s.as_bytes());
+        self.len = end;
+        Ok(())
+    }
+}
+
 impl std::fmt::Display for LockName {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -148,12 +199,29 @@ pub(crate) fn parse_uuid(s: &str) -> Option<Uuid> {
         return None;
     }
     let u = Uuid::try_parse(s).ok()?;
-    (u.hyphenated().to_string() == s).then_some(u)
+    let mut canonical = [0; 36];
+    (u.hyphenated().encode_lower(&mut canonical) == s).then_some(u)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_text_of_every_kind_of_name_is_its_display_even_at_its_longest() {
+        let uuid = Uuid::from_u128(u128::MAX);
+        for name in [
+            LockName::Master,
+            LockName::Pending { ns: u64::MAX, uuid },
+            LockName::Slave { uuid },
+            LockName::Break { ns: u64::MAX, uuid },
+            LockName::Tmp { uuid },
+            LockName::Token(u64::MAX),
+            LockName::Token(0),
+        ] {
+            assert_eq!(name.text().as_str(), name.to_string());
+        }
+    }
 
     #[test]
     fn a_name_parses_only_in_canonical_form_and_foreign_names_are_none() {

@@ -10,7 +10,7 @@
 //! records are per process: a forked child does not own its parent's guards, and does
 //! not count them.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::ThreadId;
@@ -32,10 +32,10 @@ struct Record {
     /// The process that took it (a forked child inherits the records, not the guards).
     pid: u32,
     kind: Kind,
-    /// Its lock file: the name, to see whether it is still there, and the path the
-    /// guard was taken through, for the message.
+    /// Its lock file: the name, to see whether it is still there, and the path of the
+    /// state directory the guard was taken through, for the message.
     name: LockName,
-    path: PathBuf,
+    dir_path: Arc<Path>,
     /// Set when the guard finds its file lost.
     lost: Arc<AtomicBool>,
 }
@@ -74,7 +74,7 @@ impl Mark {
             pid,
             kind,
             name,
-            path: sd.path_of(&name),
+            dir_path: sd.shared_path(),
             lost,
         });
         Mark {
@@ -139,7 +139,7 @@ fn find(sd: &StateDir, blocks: impl Fn(Kind) -> bool) -> Option<Mine> {
         .iter()
         .filter(|r| r.dir == dir && r.thread == thread && r.pid == pid && blocks(r.kind))
         .filter(|r| !r.lost.load(Ordering::Relaxed))
-        .map(|r| (r.kind, r.name, r.path.clone()))
+        .map(|r| (r.kind, r.name, r.dir_path.join(r.name.text().as_str())))
         .collect();
     drop(records);
     // A write guard first: it is the one that explains the wait. A guard whose file is

@@ -101,7 +101,7 @@ impl StateDir {
         holder: &Holder,
         spare: Option<Spare>,
     ) -> Result<Option<Created>> {
-        let target = name.to_string();
+        let target = name.text();
         if self.tmpfile.load(Ordering::Relaxed) {
             let want_id = matches!(name, LockName::Master);
             match self.put_tmpfile(&target, holder, spare, want_id)? {
@@ -282,7 +282,7 @@ impl StateDir {
                 AtName::Gone if matches!(r, LinkResult::Perm) => {
                     // No race was lost: the filesystem refuses hard links. Create the
                     // name directly (an empty or partial file reads as malformed).
-                    self.put_direct(&name.to_string(), holder)
+                    self.put_direct(&name.text(), holder)
                 }
                 AtName::Other | AtName::Gone | AtName::Unopenable(_) => Ok(None),
             },

@@ -100,7 +100,7 @@ impl StateDir {
     /// A lock file that could not be removed (a state directory without write access
     /// for this user, or with the sticky bit).
     pub(super) fn denied_remove(&self, action: &'static str, name: &LockName, e: Errno) -> Error {
-        let target = name.to_string();
+        let target = name.text();
         let st = fstatat(&self.fd, target.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW);
         denied(
             action,

@@ -5,6 +5,7 @@
 use std::ffi::OsStr;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -46,7 +47,8 @@ pub(crate) struct StateDir {
     /// removed, replaced), which takes the lock away from everyone who holds one.
     parent: OwnedFd,
     leaf: std::ffi::OsString,
-    path: PathBuf,
+    /// Shared with the guards' records (`crate::owned`), which name their files by it.
+    path: Arc<Path>,
     /// Whether the filesystem may be shared between hosts ([`Filesystem::is_shared`],
     /// from the `statfs` magic number alone: every FUSE mount is shared).
     shared: bool,
@@ -143,23 +145,35 @@ impl Listing {
         )
     }
 
-    /// Sorts an unordered set of names into a listing (also used by the fuzz target).
+    /// Sorts an unordered set of names into a listing, as a listing of the directory
+    /// does (for the fuzz target).
+    #[cfg(feature = "fuzzing")]
     pub fn from_names(names: impl IntoIterator<Item = LockName>) -> Listing {
         let mut l = Listing::default();
         for name in names {
-            match name {
-                LockName::Master => l.master = true,
-                LockName::Pending { .. } => l.pending.push(name),
-                LockName::Slave { .. } => l.slaves.push(name),
-                LockName::Break { .. } => l.breaks.push(name),
-                LockName::Tmp { .. } => l.tmps.push(name),
-                LockName::Token(n) => l.tokens.push(n),
-            }
+            l.add(name);
         }
-        l.pending.sort_by_key(LockName::order_key);
-        l.breaks.sort_by_key(LockName::order_key);
-        l.tokens.sort_unstable();
+        l.sort();
         l
+    }
+
+    /// Files `name` where it belongs (unsorted until [`Listing::sort`]).
+    fn add(&mut self, name: LockName) {
+        match name {
+            LockName::Master => self.master = true,
+            LockName::Pending { .. } => self.pending.push(name),
+            LockName::Slave { .. } => self.slaves.push(name),
+            LockName::Break { .. } => self.breaks.push(name),
+            LockName::Tmp { .. } => self.tmps.push(name),
+            LockName::Token(n) => self.tokens.push(n),
+        }
+    }
+
+    /// Puts the queues and the tokens in order.
+    fn sort(&mut self) {
+        self.pending.sort_by_key(LockName::order_key);
+        self.breaks.sort_by_key(LockName::order_key);
+        self.tokens.sort_unstable();
     }
 }
 
@@ -248,7 +262,7 @@ impl StateDir {
                         fd,
                         parent: parent_fd,
                         leaf: leaf.to_os_string(),
-                        path,
+                        path: path.into(),
                         shared,
                         margin,
                         id,
@@ -311,13 +325,14 @@ impl StateDir {
             }
         });
         !matches!(
-            fstatat(
-                &self.fd,
-                name.to_string().as_str(),
-                AtFlags::AT_SYMLINK_NOFOLLOW
-            ),
+            fstatat(&self.fd, name.text().as_str(), AtFlags::AT_SYMLINK_NOFOLLOW),
             Err(Errno::ENOENT | Errno::ENOTDIR)
         )
+    }
+
+    /// The state directory's path, shared.
+    pub(crate) fn shared_path(&self) -> Arc<Path> {
+        Arc::clone(&self.path)
     }
 
     pub(crate) fn path_of(&self, name: &LockName) -> PathBuf {
@@ -331,7 +346,7 @@ impl StateDir {
         if self.is_remote() {
             return false;
         }
-        match fstatat(AT_FDCWD, &self.path, AtFlags::AT_SYMLINK_NOFOLLOW) {
+        match fstatat(AT_FDCWD, &*self.path, AtFlags::AT_SYMLINK_NOFOLLOW) {
             Ok(st) => FileId::of(&st) == self.id && st.st_nlink > 0,
             Err(_) => false,
         }
@@ -348,7 +363,7 @@ impl StateDir {
         ) {
             Ok(st) => Ok(FileId::of(&st) == self.id),
             Err(Errno::ENOENT | Errno::ENOTDIR) => Ok(false),
-            Err(e) => Err(e).at("inspect state directory", || self.path.clone()),
+            Err(e) => Err(e).at("inspect state directory", || self.path.to_path_buf()),
         }
     }
 
@@ -371,9 +386,9 @@ impl StateDir {
                 Mode::empty(),
             )
             .map(DirReader::new)
-            .at("list state directory", || self.path.clone())
+            .at("list state directory", || self.path.to_path_buf())
         };
-        let mut names = Vec::new();
+        let mut l = Listing::default();
         // The highest token seen so far, and whether its entry is a regular file.
         let mut top: Option<(u64, bool)> = None;
         let mut collect = |dir: &mut DirReader| -> Result<usize> {
@@ -384,10 +399,10 @@ impl StateDir {
                     {
                         top = Some((n, d_type == nix::libc::DT_REG));
                     }
-                    names.push(name);
+                    l.add(name);
                 }
             })
-            .at("list state directory", || self.path.clone())
+            .at("list state directory", || self.path.to_path_buf())
         };
         // Another thread of ours listing at this moment has the stream: a fresh one
         // costs an open and a close, waiting for that thread cost far more (threads
@@ -412,7 +427,7 @@ impl StateDir {
         } else {
             collect(&mut open()?)?
         };
-        let mut l = Listing::from_names(names);
+        l.sort();
         l.top_token_regular = top.is_some_and(|(_, regular)| regular);
         l.snapshot = batches <= 1 && !self.is_remote();
         Ok(l)
@@ -433,7 +448,7 @@ impl StateDir {
     /// Removes a lock name. `Ok(false)` if it was already gone. A directory at a lock name
     /// is removed only if it is empty.
     pub(crate) fn unlink(&self, name: &LockName) -> Result<bool> {
-        let target = name.to_string();
+        let target = name.text();
         match unlinkat(&self.fd, target.as_str(), UnlinkatFlags::NoRemoveDir) {
             Ok(()) => Ok(true),
             Err(Errno::ENOENT) => Ok(false),
@@ -486,10 +501,7 @@ impl StateDir {
         if !self.renames_tokens() {
             return Renamed::Unsupported;
         }
-        let (from, to) = (
-            LockName::Token(from).to_string(),
-            LockName::Token(to).to_string(),
-        );
+        let (from, to) = (LockName::Token(from).text(), LockName::Token(to).text());
         match renameat2(
             &self.fd,
             from.as_str(),

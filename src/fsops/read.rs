@@ -147,7 +147,7 @@ impl StateDir {
     /// Reads a lock file without following a symlink, blocking on a FIFO, or reading more
     /// than a record's maximum size.
     pub(crate) fn read(&self, name: &LockName) -> Result<Found> {
-        let target = name.to_string();
+        let target = name.text();
         match openat(
             &self.fd,
             target.as_str(),
@@ -265,7 +265,7 @@ impl StateDir {
     pub(super) fn at_name(&self, name: &LockName, nonce: Uuid) -> Result<AtName> {
         match openat(
             &self.fd,
-            name.to_string().as_str(),
+            name.text().as_str(),
             OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
             Mode::empty(),
         ) {

@@ -117,7 +117,7 @@ struct Attempt<'a> {
     judge: Judge<'a>,
     /// Who we are, for our records: read once, so that a `put` after a wake-up asks
     /// nothing (an acquisition runs on one thread, whose process cannot change).
-    me: Identity,
+    me: std::sync::Arc<Identity>,
     deadline: Deadline,
     started: Instant,
     backoff: Backoff,

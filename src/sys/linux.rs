@@ -1,6 +1,7 @@
 use std::fs;
 use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
+use std::sync::Arc;
 
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
@@ -41,7 +42,7 @@ pub(crate) struct Identity {
     pub(crate) start: u64,
 }
 
-static IDENTITY: Mutex<Option<Identity>> = Mutex::new(None);
+static IDENTITY: Mutex<Option<Arc<Identity>>> = Mutex::new(None);
 
 /// This process's pid, with no system call but the first in each process.
 ///
@@ -106,14 +107,15 @@ fn pid_cell() -> Option<&'static std::sync::atomic::AtomicU32> {
     Some(unsafe { &*(addr as *const std::sync::atomic::AtomicU32) })
 }
 
-/// This process's identity. Cached, and recomputed after a fork (the pid changes).
-pub(crate) fn identity() -> Identity {
+/// This process's identity. Cached, and recomputed after a fork (the pid changes);
+/// shared, so that asking costs no copy of its strings.
+pub(crate) fn identity() -> Arc<Identity> {
     let pid = pid();
     let mut cached = IDENTITY.lock();
     if let Some(id) = cached.as_ref().filter(|id| id.pid == pid) {
-        return id.clone();
+        return Arc::clone(id);
     }
-    let id = Identity {
+    let id = Arc::new(Identity {
         host: nix::unistd::gethostname()
             .ok()
             .and_then(|h| h.into_string().ok())
@@ -126,8 +128,8 @@ pub(crate) fn identity() -> Identity {
             .unwrap_or(0),
         pid,
         start: start_time(pid).unwrap_or(0),
-    };
-    *cached = Some(id.clone());
+    });
+    *cached = Some(Arc::clone(&id));
     id
 }
 
