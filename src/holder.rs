@@ -217,7 +217,7 @@ impl Holder {
         let nonce = parse_uuid(field("nonce")?)?;
         let since_ns = parse_u64(field("since_ns")?)?;
         let lease_ms = parse_u64(field("lease_ms")?)?;
-        if lines.next().is_some() || host != sanitize(&host) || boot_id != sanitize(&boot_id) {
+        if lines.next().is_some() || !is_sanitized(&host) || !is_sanitized(&boot_id) {
             return None;
         }
         Some(Holder {
@@ -245,6 +245,12 @@ pub fn sanitize(s: &str) -> String {
         .collect()
 }
 
+/// Whether `sanitize(s) == s`, without making the copy: every byte printable ASCII (so
+/// as many chars as bytes), at most 255 of them.
+fn is_sanitized(s: &str) -> bool {
+    s.len() <= 255 && s.bytes().all(|b| b.is_ascii_graphic())
+}
+
 /// [`sanitize`]'s text, written without making a `String` of it.
 struct Sanitized<'a>(&'a str);
 
@@ -252,7 +258,7 @@ impl std::fmt::Display for Sanitized<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let s = self.0;
         // The usual case, host names and boot ids: nothing to replace.
-        if s.len() <= 255 && s.bytes().all(|b| b.is_ascii_graphic()) {
+        if is_sanitized(s) {
             return f.write_str(s);
         }
         for c in s.chars().take(255) {
@@ -334,10 +340,13 @@ mod tests {
             "a b\nc\u{e9}",
             &full,
             &long,
+            "a?b",
+            "tab\there",
             &long_odd,
             &"\u{e9}".repeat(300),
         ] {
             assert_eq!(Sanitized(text).to_string(), sanitize(text), "{text:?}");
+            assert_eq!(is_sanitized(text), sanitize(text) == text, "{text:?}");
             let mut h = sample();
             h.host = text.into();
             h.boot_id = text.into();
@@ -346,6 +355,26 @@ mod tests {
                 (parsed.host.as_str(), parsed.boot_id.as_str()),
                 (&*sanitize(text), &*sanitize(text))
             );
+        }
+    }
+
+    #[test]
+    fn a_host_or_boot_id_that_sanitize_would_change_is_malformed_even_with_its_sum() {
+        let text = sample().format();
+        let body = &text[..text.rfind("end ").expect("sum line")];
+        let resum = |body: &str| format!("{body}end {:016x}\n", fnv1a64(body.as_bytes()));
+        assert!(Holder::parse(resum(body).as_bytes()).is_some());
+        let long = "h".repeat(256);
+        for (field, bad) in [
+            ("host host-a\n", "host a\tb\n".to_string()),
+            ("host host-a\n", "host h\u{e9}\n".to_string()),
+            ("host host-a\n", format!("host {long}\n")),
+            ("boot_id 5d1f3a4e-", "boot_id \u{e9}5d1f3a4e-".to_string()),
+            ("boot_id 5d1f3a4e-", "boot_id \x7f5d1f3a4e-".to_string()),
+        ] {
+            let forged = body.replacen(field, &bad, 1);
+            assert_ne!(forged, body);
+            assert_eq!(Holder::parse(resum(&forged).as_bytes()), None, "{bad:?}");
         }
     }
 
