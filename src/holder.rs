@@ -236,7 +236,10 @@ impl Holder {
 }
 
 /// Printable ASCII without spaces, at most 255 bytes; anything else becomes `?`. `pub` for
-/// the fuzz harness (`rwdir::internals`, `fuzzing` feature).
+/// the fuzz harness (`rwdir::internals`, `fuzzing` feature). The library itself writes
+/// and checks this form without making the copy (`Sanitized`, `is_sanitized`); this
+/// is their reference, compared with them by the tests and the fuzz target.
+#[cfg(any(test, feature = "fuzzing"))]
 #[cfg_attr(not(feature = "fuzzing"), allow(unreachable_pub))]
 pub fn sanitize(s: &str) -> String {
     s.chars()
