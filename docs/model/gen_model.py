@@ -206,6 +206,9 @@ def build(a):
     if a.v9 != "off":
         w(f"/* V9: a writer whose only older pending file is the holder's waits for .master_lock as V2 does "
           f"(v9={a.v9} probe={a.v9_probe}) */")
+    if a.v12 != "off":
+        w(f"/* V12: a queued writer woken by the removal of its predecessor's pending file creates .master_lock "
+          f"without W2's listing and decides FIFO on the listing after it (v12={a.v12} probe={a.v12_probe}) */")
     if a.v11:
         w(f"/* V11: threads of one reader process share its marker: two thread slots, a join lists, then checks "
           f"the marker (probe={a.v11_probe} mutant={int(a.v11_mutant)}) */")
@@ -416,6 +419,8 @@ inline qremove(o) {{
             l.append("byte th[2]; bit jf;")
         if fixed and reader is False and a.v2:
             l.append("bit v2;")
+        if fixed and reader is False and a.v12 != "off":
+            l.append("byte v12; bit v12c;")
         if fixed and reader is False and a.tokens:
             l.append("byte tok;")
         if fixed and brk in ("naive", "tomb", "excl"):
@@ -486,6 +491,7 @@ inline qremove(o) {{
         w("endidle:\n  do\n  :: {")
         w("    if")
         start = (f"atomic {{ {start_guard(me)}st[{me}] = TRY; " + ("v2 = 0; " if fixed and a.v2 else "")
+                 + ("v12 = 0; v12c = 0; " if fixed and a.v12 != "off" else "")
                  + (f"ahead[{me}] = {live_writer_mask(me)}; " if a.fifo else "")
                  + f"qinsert({O}); " + P(me, "create .pending_lock (queue position %d)", "hpos") + "; hj = 0; hpos = 0 }")
         w(f"    :: {start}")
@@ -496,7 +502,7 @@ inline qremove(o) {{
             look = "Q[0] == 0" if a.v6_mutant != "nolook" else "1"   # mutant: no look at the queue
             g6 = " && ".join([f"({x})" for x in g] + ["M == 0", look])
             w(f"    :: d_step {{ {g6} -> " + (f"started[{me}] = 1; " if a.once else "") + f"st[{me}] = TRY; "
-              + ("v2 = 0; " if a.v2 else "") + (f"ahead[{me}] = {live_writer_mask(me)}; " if a.fifo else "")
+              + ("v2 = 0; " if a.v2 else "") + ("v12 = 0; v12c = 0; " if a.v12 != "off" else "") + (f"ahead[{me}] = {live_writer_mask(me)}; " if a.fifo else "")
               + P(me, "V6: listdir: no .master_lock, no pending file") + " };")
             w("       if")
             w(f"       :: d_step {{ M == 0 -> M = {O}; {clr('Mst')}" + ("assert(0); " if a.v6_probe == "ok" else "")
@@ -537,6 +543,23 @@ inline qremove(o) {{
                   + P(me, "woken: V2 skips W2's listing; create .master_lock (exclusive): ok") + " }; break")
                 w(f"    :: d_step {{ v2 && M != 0 -> v2 = 0; "
                   + P(me, "woken: V2 skips W2's listing; create .master_lock: EEXIST, back to the W2 loop") + " }")
+            if a.v12 != "off":
+                # V12: a listing shows a live pending file just older than mine (my predecessor): sleep
+                # on it.  Woken by its removal, create .master_lock at once (no W2 listing); the listing
+                # made after it (W12chk) decides FIFO: an older live pending file -> back off.
+                pred_live = " || ".join(
+                    f"(Q[{j}] == {O} && Q[{j - 1}] != 0 && !{deadj(f'Q[{j - 1}]', me, f'stP[Q[{j - 1}] - 1]')})"
+                    for j in range(1, NQ)) or "0"
+                w(f"    :: d_step {{ !v2 && v12 == 0 && ({pred_live}) -> "
+                  f"hk = 1; do :: hk < {NQ} && Q[hk] != {O} -> hk++ :: else -> break od; v12 = Q[hk - 1]; hk = 0; "
+                  + ("assert(0); " if a.v12_probe == "arm" else "")
+                  + P(me, "listdir: the nearest older pending file is live: sleep on it (V12 armed)") + " }")
+                pred_gone = "v12 != 0 && " + " && ".join(f"Q[{j}] != v12" for j in range(NQ))
+                w(f"    :: d_step {{ {pred_gone} && M == 0 -> v12 = 0; v12c = 1; M = {O}; {clr('Mst')}"
+                  + ("assert(0); " if a.v12_probe == "woken" else "")
+                  + P(me, "woken: V12 skips W2's listing; create .master_lock (exclusive): ok") + " }; break")
+                w(f"    :: d_step {{ {pred_gone} && M != 0 -> v12 = 0; "
+                  + P(me, "woken: V12 skips W2's listing; create .master_lock: EEXIST, back to the W2 loop") + " }")
             if brk != "none":
                 w(f"    :: {dead_master_guard(me)};")
                 w(break_master(me, "Wb"))
@@ -561,6 +584,35 @@ inline qremove(o) {{
             w("    od;")
             if a.v8 == "off":
                 w(f"    skip; d_step {{ qremove({O}); " + P(me, "unlink own pending file") + " };")
+            if a.v12 != "off":
+                # V12: the listing made after .master_lock (the one T1 and W5 make anyway) decides FIFO:
+                # a live pending file older than mine -> remove .master_lock (never granted) and go back
+                # to W2.  With tokens, T1 is that same listing.  mutant: no such check.
+                older_live = " || ".join(
+                    f"(Q[{j}] == {O} && (" + " || ".join(
+                        f"(Q[{i}] != 0 && !{deadj(f'Q[{i}]', me, f'stP[Q[{i}] - 1]')})" for i in range(j)) + "))"
+                    for j in range(1, NQ)) or "0"
+                if a.v12 == "mutant":
+                    older_live = "0"
+                t1 = (f"hj = {K}; do :: hj > 0 && !T[hj] -> hj-- :: else -> break od; tok = hj; hj = 0; assert(tok >= gmax); "
+                      if K else "")
+                keep_c = "" if (a.v12 == "lean" and K) else "v12c = 0; "
+                w("W12chk:")
+                w("    if")
+                w(f"    :: d_step {{ v12c && ({older_live}) -> v12c = 0; "
+                  + P(me, "V12: listdir after .master_lock: an older live writer is queued: back off") + " };")
+                if LM:
+                    w("       " + "\n       ".join(unlink_master("V12 back-off", "")) + ";")
+                else:
+                    w(f"       d_step {{ M = 0; " + P(me, "V12 back-off: unlink .master_lock") + " };")
+                w("       goto Wwait")
+                w(f"    :: d_step {{ v12c && !({older_live}) -> {keep_c}{t1}"
+                  + ("assert(0); " if a.v12_probe == "pass" else "")
+                  + (P(me, "V12: listdir after .master_lock: no older live writer; T1: highest .token-k is k = %d", "tok")
+                     if K else P(me, "V12: listdir after .master_lock: no older live writer")) + " }"
+                  + ("; goto Wt2" if K else ""))
+                w("    :: else -> skip")
+                w("    fi;")
             w("Wfast:\n    skip;")
             v8_from = len(out)
             t4 = (f"d_step {{ hj = 1; do :: hj < tok -> T[hj] = 0; hj++ :: else -> break od; hj = 0; "
@@ -569,6 +621,8 @@ inline qremove(o) {{
                 w("Wtok:\n    skip;")
                 w(f"    d_step {{ hj = {K}; do :: hj > 0 && !T[hj] -> hj-- :: else -> break od; tok = hj; hj = 0; "
                   + "assert(tok >= gmax); " + P(me, "T1: highest .token-k is k = %d", "tok") + " };")
+                if a.v12 != "off":
+                    w("Wt2:\n    skip;")
                 w("    if")
                 v4me = a.v4 and (not a.v4_mixed or me == 0)
                 if not v4me:
@@ -601,6 +655,12 @@ inline qremove(o) {{
                   + (f"ahead[{me}] = 0; " if a.fifo else "") + P(me, "token space of the model exhausted: unlink .master_lock, stop for good") + " }; goto endstop")
                 w("    fi;")
                 chk = " && ".join(f"!(T[{k}] && {k} > tok)" for k in range(1, K + 1))
+                if a.v12 == "lean":
+                    # V12 lean: T1 came from a listing made after .master_lock existed: no T3 listing
+                    w("    if")
+                    w(f"    :: d_step {{ v12c -> v12c = 0; assert(tok > gmax); gmax = tok; "
+                      + P(me, "V12: no T3 listing (T1 came after .master_lock): granted token %d", "tok") + " }")
+                    w("    :: else ->")
                 if a.tok_lost:
                     # two processes may believe they hold the lock (lease): T3 finding a higher token is the
                     # protocol's "lock lost" outcome (fail, remove nothing that is not ours), not an error
@@ -617,6 +677,8 @@ inline qremove(o) {{
                     w("    fi;")
                 else:
                     w(f"    d_step {{ assert({chk}); assert(tok > gmax); gmax = tok; " + P(me, "T3: no higher token: granted token %d", "tok") + " };")
+                if a.v12 == "lean":
+                    w("    fi;")
                 if not a.v3:
                     w(f"    {t4[:-2]}; tok = 0 }};")
             lost = (f"d_step {{ M != {O} -> st[{me}] = IDLE; {bitclear_all(me)}; " + (f"ahead[{me}] = 0; " if a.fifo else "")
@@ -1099,6 +1161,15 @@ def main():
     ap.add_argument("--v9-probe", choices=["off", "arm", "reader"], default="off",
                     help="reachability probe for --v9: assert(0) where V9 arms for a writer (arm) or, with --v1 wake, "
                          "for a reader (reader)")
+    ap.add_argument("--v12", choices=["off", "on", "lean", "mutant"], default="off",
+                    help="variant V12 (with --v8 on and --v2): a queued writer whose listing shows a live pending "
+                         "file just older than its own sleeps on it; woken by its removal, it creates .master_lock "
+                         "without a listing, and the listing after it (T1's, W5's first) decides FIFO: an older live "
+                         "pending file makes it remove .master_lock and go back to W2. lean: and no T3 listing on "
+                         "that path (T1 came after .master_lock). mutant: no FIFO check (FIFO must fail)")
+    ap.add_argument("--v12-probe", choices=["off", "arm", "woken", "pass"], default="off",
+                    help="reachability probe for --v12: assert(0) where V12 arms, where a woken writer creates "
+                         ".master_lock, or where its check passes")
     ap.add_argument("--v10", action="store_true",
                     help="variant V10: a reader that waits behind queued writers (for the youngest one's pending "
                          "file) and is woken by that file's removal skips R1's listing and announces at once; R3 "
@@ -1164,6 +1235,10 @@ def main():
         ap.error("--v11 needs --proto fixed and no scenario options (--once, --gate, --leave)")
     if a.v10 and a.proto != "fixed":
         ap.error("--v10 needs --proto fixed")
+    if a.v12 != "off" and (a.v8 != "on" or not a.v2 or a.proto != "fixed"):
+        ap.error("--v12 needs --v8 on and --v2")
+    if a.v12_probe != "off" and a.v12 == "off":
+        ap.error("--v12-probe needs --v12")
     if a.v9 != "off" and (a.v8 != "on" or not a.v2):
         ap.error("--v9 needs --v8 on and --v2")
     if a.v9_probe != "off" and a.v9 != "on":
