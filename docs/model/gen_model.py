@@ -209,6 +209,9 @@ def build(a):
     if a.v12 != "off":
         w(f"/* V12: a queued writer woken by the removal of its predecessor's pending file creates .master_lock "
           f"without W2's listing and decides FIFO on the listing after it (v12={a.v12} probe={a.v12_probe}) */")
+    if a.v13 != "off":
+        w(f"/* V13: only a writer with no live pending file between its own and the head of the queue judges "
+          f".master_lock (v13={a.v13} probe={a.v13_probe}) */")
     if a.v11:
         w(f"/* V11: threads of one reader process share its marker: two thread slots, a join lists, then checks "
           f"the marker (probe={a.v11_probe} mutant={int(a.v11_mutant)}) */")
@@ -530,14 +533,19 @@ inline qremove(o) {{
                 # own pending file present and no older LIVE pending file (older ones all judged dead)
                 oldest = " || ".join("(" + " && ".join([f"Q[{j}] == {O}"] + [deadj(f"Q[{i}]", me, f"stP[Q[{i}] - 1]") for i in range(j)]) + ")"
                                      for j in range(NQ))
-                w(f"    :: d_step {{ !v2 && M != 0 && ({oldest}) -> v2 = 1; "
+                # With V13 the arming is as the implementation's: only behind a .master_lock judged live
+                # (a dead one is broken by the same look).  Without it the model lets a writer arm behind
+                # a dead one too, and sleep and wake there forever while writers behind it break it;
+                # V13 leaves the break to this writer, so the model must not let it starve it.
+                live_m = f" && !{deadj('M', me, 'Mst')}" if a.v13 != "off" else ""
+                w(f"    :: d_step {{ !v2 && M != 0{live_m} && ({oldest}) -> v2 = 1; "
                   + P(me, "listdir: .master_lock present, own pending file is the oldest live one: sleep (V2 armed)") + " }")
                 if a.v9 != "off":
                     # V9 (with V8): the only pending file older than mine is the holder's own (it keeps it
                     # while inside); its .master_lock going is the event, as for V2.  mutant: any writer just
                     # ahead of me, holder or not
                     hold = "" if a.v9 == "mutant" else "Q[0] == M && "
-                    w(f"    :: d_step {{ !v2 && M != 0 && {hold}Q[1] == {O} -> v2 = 1; " + ("assert(0); " if a.v9_probe == "arm" else "")
+                    w(f"    :: d_step {{ !v2 && M != 0{live_m} && {hold}Q[1] == {O} -> v2 = 1; " + ("assert(0); " if a.v9_probe == "arm" else "")
                       + P(me, "listdir: .master_lock present, the only older pending file is its holder's: sleep (V9 armed)") + " }")
                 w(f"    :: d_step {{ v2 && M == 0 -> v2 = 0; M = {O}; {clr('Mst')}"
                   + P(me, "woken: V2 skips W2's listing; create .master_lock (exclusive): ok") + " }; break")
@@ -561,7 +569,18 @@ inline qremove(o) {{
                 w(f"    :: d_step {{ {pred_gone} && M != 0 -> v12 = 0; "
                   + P(me, "woken: V12 skips W2's listing; create .master_lock: EEXIST, back to the W2 loop") + " }")
             if brk != "none":
-                w(f"    :: {dead_master_guard(me)};")
+                g = dead_master_guard(me)
+                if a.v13 != "off":
+                    # V13: only a writer with no live pending file between its own and the head of the
+                    # queue judges .master_lock (the first live queued writer, or the one right behind
+                    # the head: V9 reads its nonce).  mutant: no writer judges it at all.
+                    front = " || ".join(
+                        "(" + " && ".join([f"Q[{k}] == {O}"] + [deadj(f"Q[{i}]", me, f"stP[Q[{i}] - 1]") for i in range(1, k)]) + ")"
+                        for k in range(NQ)) if a.v13 == "on" else "0"
+                    if a.v13_probe == "skip":   # reached: a dead .master_lock that V13 leaves to the writers ahead
+                        w(f"    :: d_step {{ M != 0 && {deadj('M', me, 'Mst')} && !({front}) -> assert(0) }}")
+                    g = g.replace("d_step { M != 0 && ", f"d_step {{ ({front}) && M != 0 && ", 1)
+                w(f"    :: {g};")
                 w(break_master(me, "Wb"))
             if a.v5:
                 g5 = gcq_v5(me)
@@ -1170,6 +1189,14 @@ def main():
     ap.add_argument("--v12-probe", choices=["off", "arm", "woken", "pass"], default="off",
                     help="reachability probe for --v12: assert(0) where V12 arms, where a woken writer creates "
                          ".master_lock, or where its check passes")
+    ap.add_argument("--v13", choices=["off", "on", "mutant"], default="off",
+                    help="variant V13 (W2): a writer judges (and breaks) .master_lock only when no live pending "
+                         "file stands between its own and the head of the queue (it is the first live queued writer, "
+                         "or the one right behind the head). mutant: no writer judges .master_lock (liveness must "
+                         "fail without readers)")
+    ap.add_argument("--v13-probe", choices=["off", "skip"], default="off",
+                    help="reachability probe for --v13: assert(0) where a writer finds a dead .master_lock that V13 "
+                         "leaves to the writers ahead of it")
     ap.add_argument("--v10", action="store_true",
                     help="variant V10: a reader that waits behind queued writers (for the youngest one's pending "
                          "file) and is woken by that file's removal skips R1's listing and announces at once; R3 "
@@ -1237,6 +1264,10 @@ def main():
         ap.error("--v10 needs --proto fixed")
     if a.v12 != "off" and (a.v8 != "on" or not a.v2 or a.proto != "fixed"):
         ap.error("--v12 needs --v8 on and --v2")
+    if a.v13 != "off" and a.proto != "fixed":
+        ap.error("--v13 needs --proto fixed")
+    if a.v13_probe != "off" and a.v13 != "on":
+        ap.error("--v13-probe needs --v13 on")
     if a.v12_probe != "off" and a.v12 == "off":
         ap.error("--v12-probe needs --v12")
     if a.v9 != "off" and (a.v8 != "on" or not a.v2):

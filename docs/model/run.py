@@ -367,6 +367,34 @@ CONFIGS += [
     ("F8-V12m", "V12 mutant: no FIFO check after the put: a queued writer is overtaken (3W+1R)",
      "--nw 3 --nr 1 --crash 1 --fifo --v2 --v8 on --v12 mutant", "safety", "FAIL", "f"),
 ]
+# V13 (issue #14: one judgement fewer per contended grant): a writer judges, and breaks,
+# .master_lock only when no live pending file stands between its own and the head of the
+# queue. It only removes behaviours (the break becomes enabled in fewer states), so every
+# safety property carries over; what it can break is liveness, a dead .master_lock that
+# no one breaks. With two writers it changes nothing (the second is always right behind
+# the head), and a reader can break the dead file itself (R1), so its own liveness
+# configurations have three writers and no reader (LW3, MLW3); the mutant (no writer
+# judges .master_lock) shows that they fail when no writer breaks it.
+_WV = "--v2 --v5 --v6 --v8 on --v9 on"
+CONFIGS += [
+    ("LW3", "corrected: writer liveness; 3W, no reader, 1 crash",
+     "--nw 3 --nr 0 --crash 1", "ltl:wlive", "PASS", "f"),
+    ("LW3-Vw", "corrected: writer liveness; 3W, no reader, 1 crash; shortcuts V2+V5+V6+V8+V9",
+     f"--nw 3 --nr 0 --crash 1 {_WV}", "ltl:wlive", "PASS", "f"),
+    ("LW3-Vw13", "corrected: writer liveness; 3W, no reader, 1 crash; shortcuts V2+V5+V6+V8+V9+V13",
+     f"--nw 3 --nr 0 --crash 1 {_WV} --v13 on", "ltl:wlive", "PASS", "q"),
+    ("LW3-V13m", "V13 mutant: no writer judges .master_lock: a dead holder wedges the writers (3W, no reader)",
+     f"--nw 3 --nr 0 --crash 1 {_WV} --v13 mutant", "ltl:wlive", "FAIL", "q"),
+    ("MLW3-Vw13", "fixed, three namespaces {W0} {W1} {W2}: writer liveness; 3W, no reader, 1 crash; "
+     "shortcuts V2+V5+V6+V8+V9+V13",
+     f"--nw 3 --nr 0 --crash 1 --ns 0,1,2 {_WV} --v13 on", "ltl:wlive", "PASS", "f"),
+    ("V13p", "V13 probe: a writer finds a dead .master_lock and leaves it to the writers ahead (reachable: must FAIL)",
+     f"--nw 3 --nr 0 --crash 1 {_WV} --v13 on --v13-probe skip", "bfs", "FAIL", "q"),
+]
+for _b in ["F8", "L3", "MF8", "ML3"]:
+    _c = _BASE[_b]
+    CONFIGS.append((f"{_b}-Vw13", f"{_c[1]}; shortcuts V2+V5+V6+V8+V9+V13",
+                    f"{_c[2]} {_WV} --v13 on", _c[3], "PASS", "q" if _b == "F8" else "f"))
 _TL = "--nr 0 --crash 0 --lease --no-prio --no-mutex --no-victim --no-own-entry --no-own-unlink --tokens 4 --tok-lost"
 CONFIGS += [
     ("F6-V1loose", "V1 loosened: a reader may skip R1 at any time (F6: readdir not atomic)",

@@ -92,6 +92,10 @@ thread_local! {
     /// thread, for tests that count them.
     pub(crate) static EXISTS_SHARED: std::cell::RefCell<Option<std::sync::Arc<std::sync::atomic::AtomicUsize>>> =
         const { std::cell::RefCell::new(None) };
+    /// Reads of `.master_lock` made by this thread ([`StateDir::read`]: its judgements),
+    /// readable from another thread, for tests that count them.
+    pub(crate) static MASTER_READS_SHARED: std::cell::RefCell<Option<std::sync::Arc<std::sync::atomic::AtomicUsize>>> =
+        const { std::cell::RefCell::new(None) };
     /// Touches of our own files made by this thread ([`StateDir::touch`]).
     pub(crate) static TOUCHES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }

@@ -147,6 +147,14 @@ impl StateDir {
     /// Reads a lock file without following a symlink, blocking on a FIFO, or reading more
     /// than a record's maximum size.
     pub(crate) fn read(&self, name: &LockName) -> Result<Found> {
+        #[cfg(test)]
+        if *name == LockName::Master {
+            super::MASTER_READS_SHARED.with(|n| {
+                if let Some(n) = n.borrow().as_ref() {
+                    n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+            });
+        }
         let target = name.text();
         match openat(
             &self.fd,

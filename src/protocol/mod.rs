@@ -927,7 +927,15 @@ async fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<(Own, (u64
         // Whether no queued writer is older than our predecessor.
         let predecessor_first = older_live && l.pending.first() == predecessor.as_ref();
         let concern = predecessor.map_or(Interest::MASTER, Interest::only);
-        if l.master {
+        // V13 (docs/protocol-notes.md): `.master_lock` is judged only by a writer with no
+        // live queued writer between it and the head of the queue: the first live one,
+        // which breaks it if its owner is dead, or the one right behind the head, for
+        // V9's nonce. Behind a live writer that is not the head, our turn comes when our
+        // predecessor goes, whoever holds; the writers ahead of us judge `.master_lock`
+        // (a dead one is broken by the first of them that is alive). One judgement
+        // fewer per contended grant: the writer that queues again at its release is
+        // behind the others.
+        if l.master && (!older_live || predecessor_first) {
             match at.judge.judge(&LockName::Master)? {
                 j if j.is_dead() => {
                     break_master(at, &[&*pending]).await?;
@@ -1173,6 +1181,7 @@ mod tests {
             let counter = counters.map(|c| std::sync::Arc::clone(&c.listings));
             let covered = counters.map(|c| std::sync::Arc::clone(&c.covered));
             let lookups = counters.map(|c| std::sync::Arc::clone(&c.lookups));
+            let master_reads = counters.map(|c| std::sync::Arc::clone(&c.master_reads));
             let (tx, granted) = crossbeam_channel::bounded(1);
             let (release, rx) = crossbeam_channel::bounded::<()>(1);
             let lk = lk.clone();
@@ -1181,6 +1190,7 @@ mod tests {
                 crate::fsops::LISTINGS_SHARED.with(|s| *s.borrow_mut() = n);
                 COVERED_SHARED.with(|s| *s.borrow_mut() = covered);
                 crate::fsops::EXISTS_SHARED.with(|s| *s.borrow_mut() = lookups);
+                crate::fsops::MASTER_READS_SHARED.with(|s| *s.borrow_mut() = master_reads);
                 let read = || counter.as_ref().map_or(0, |n| n.load(Ordering::SeqCst));
                 if write {
                     let g = lk.write().expect("write");
@@ -1219,6 +1229,8 @@ mod tests {
         covered: std::sync::Arc<std::sync::atomic::AtomicUsize>,
         /// Names looked up with `StateDir::exists`.
         lookups: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+        /// Reads of `.master_lock` (its judgements).
+        master_reads: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     }
 
     impl Counters {
@@ -1228,6 +1240,10 @@ mod tests {
 
         fn listings(&self) -> usize {
             self.listings.load(Ordering::SeqCst)
+        }
+
+        fn master_reads(&self) -> usize {
+            self.master_reads.load(Ordering::SeqCst)
         }
 
         /// Waits until the waiter's looking pauses are over (its first pause slept on
@@ -1302,6 +1318,52 @@ mod tests {
             at_grant - before,
             1,
             "B's listings from H's release to its grant (1: the token's and W5's)"
+        );
+    }
+
+    /// V13 (docs/protocol-notes.md): a writer behind a live queued writer that is not
+    /// the head of the queue does not judge `.master_lock`; the writers ahead of it do.
+    /// H holds (its pending file kept, V8), A waits right behind H (V9: it judges
+    /// `.master_lock` for the nonce), and C queues behind A: C's looks read A's record,
+    /// never `.master_lock`'s, and C is still served after A.
+    #[test]
+    fn a_writer_behind_a_queued_writer_leaves_the_master_lock_to_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let lk = counting_lock(dir.path());
+        let queued = |n: usize| lk.status().expect("status").pending.len() >= n;
+        // H waits for X, so it holds with its pending file kept (V8).
+        let x = lk.write().expect("X");
+        let h = Taker::spawn(&lk, None, true);
+        wait_for("H queued", || queued(1));
+        drop(x);
+        h.granted();
+        let a_counters = Counters::default();
+        let a = Taker::spawn(&lk, Some(&a_counters), true);
+        wait_for("A queued", || queued(1));
+        a_counters.settled();
+        let c_counters = Counters::default();
+        let c = Taker::spawn(&lk, Some(&c_counters), true);
+        wait_for("C queued", || queued(2));
+        c_counters.settled();
+        assert!(
+            a_counters.master_reads() >= 1,
+            "A, right behind the holder, judges `.master_lock` (V9)"
+        );
+        assert_eq!(
+            c_counters.master_reads(),
+            0,
+            "C, behind A, read `.master_lock` ({} listings)",
+            c_counters.listings()
+        );
+        h.release();
+        a.granted();
+        a.release();
+        c.granted();
+        c.release();
+        assert_eq!(
+            c_counters.master_reads(),
+            0,
+            "C read `.master_lock` before its grant"
         );
     }
 
