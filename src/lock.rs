@@ -162,8 +162,10 @@ impl Builder {
     /// (not only through its process group), that process's exit is an event too (a
     /// pidfd): the waiter goes on as soon as it dies, and a pause that runs out with no
     /// event is slept on without a look, up to 300 × `max` (30 s with the defaults)
-    /// between looks. Remote filesystems, where other hosts' changes make no event here,
-    /// poll between `min` and `max`.
+    /// between looks. A waiter behind a queued writer (whose turn comes when that writer
+    /// leaves) whose wait is so watched starts its pauses at `max` instead of `min`.
+    /// Remote filesystems, where other hosts' changes make no event here, poll between
+    /// `min` and `max`.
     ///
     /// # Examples
     ///

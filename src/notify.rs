@@ -50,7 +50,6 @@ use crossbeam_channel::{Receiver, Sender};
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, ppoll};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
-use nix::sys::stat::fstat;
 use nix::sys::time::TimeSpec;
 use parking_lot::Mutex;
 
@@ -174,7 +173,7 @@ impl Interest {
     }
 
     /// The one file this interest is in, if it is in one file only.
-    fn single_file(&self) -> Option<LockName> {
+    pub(crate) fn single_file(&self) -> Option<LockName> {
         match *self {
             Interest {
                 one: Some(name),
@@ -399,7 +398,8 @@ pub(crate) struct Subscription<'d> {
     /// between queued writers then opens none.
     pidfd: Mutex<Option<(ExitWatch, OwnedFd)>>,
     /// The owner of the last wait that had none open: a pidfd is opened only at the
-    /// second wait for the same owner (see `wait_on`).
+    /// second wait for the same owner, unless a judgement keeps one to copy (see
+    /// `wait_on`).
     met: Mutex<Option<ExitWatch>>,
     /// Whether the last wait that ran out watched both the one file and its owner's
     /// exit ([`Subscription::covered`]).
@@ -653,10 +653,18 @@ impl Subscription<'_> {
                 // first wait for a new owner, it would be paid by all 63 readers of a
                 // herd at the very moment a writer hands the lock on, and most waits
                 // end in milliseconds. So the first wait for an owner is short and
-                // watches only the file; the next one opens the pidfd.
+                // watches only the file; the next one opens the pidfd. Unless the
+                // judgement that found the owner alive keeps a pidfd of it: a copy costs
+                // one `fcntl`, and the first wait is then covered too.
                 Some(o @ ExitWatch::Process { pid, start }) => {
                     let mut met = self.met.lock();
-                    if *met == Some(o) {
+                    if *met != Some(o)
+                        && let Some(fd) = sys::pidfd_known(pid, start)
+                    {
+                        *met = Some(o);
+                        *pidfd = Some((o, fd));
+                        true
+                    } else if *met == Some(o) {
                         *pidfd = sys::pidfd(pid, start).map(|fd| (o, fd));
                         // Gone since the look that found it alive: look again at once.
                         if pidfd.is_none() && sys::probe_pid(pid, start) == sys::Probe::Gone {
@@ -1396,10 +1404,16 @@ impl Drop for Subscription<'_> {
 
 /// Subscribes to changes in the directory open as `dir`. `None` if inotify is not
 /// available (then waiting is plain polling).
+#[cfg(test)]
 pub(crate) fn subscribe(dir: BorrowedFd<'_>) -> Option<Subscription<'_>> {
+    let st = nix::sys::stat::fstat(dir).ok()?;
+    subscribe_to(dir, FileId::of(&st))
+}
+
+/// [`subscribe`] to the directory open as `dir`, whose `(st_dev, st_ino)` is `key` (known
+/// since it was opened: no `fstat`).
+pub(crate) fn subscribe_to(dir: BorrowedFd<'_>, key: FileId) -> Option<Subscription<'_>> {
     use std::os::fd::AsRawFd as _;
-    let st = fstat(dir).ok()?;
-    let key: Key = FileId::of(&st);
     let pid = crate::sys::pid();
     let watcher = {
         let mut map = WATCHERS.lock();

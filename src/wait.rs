@@ -88,6 +88,13 @@ impl Backoff {
         self.max = self.max.max(max);
     }
 
+    /// Skips the short steps: the next one is `to` (at most the maximum, and never
+    /// shorter than it would have been). For a wait whose end an event will tell (see
+    /// `Attempt::sleep`).
+    pub(crate) fn skip_short(&mut self, to: Duration) {
+        self.next = self.next.max(to.min(self.max));
+    }
+
     /// Lets the next step, and the doubling after it, go up to `ceiling` rather than the
     /// maximum: for a wait that events cover completely (see `Attempt::sleep`). The
     /// step after that is back under the maximum.
@@ -169,6 +176,25 @@ mod tests {
             assert!(d >= min / 2 && d < max.mul_f64(1.5), "{d:?}");
         }
         assert_eq!(b.next, max);
+    }
+
+    #[test]
+    fn skipping_the_short_steps_starts_at_the_given_pause_within_the_max() {
+        let mut b = Backoff::new(Duration::from_millis(1), Duration::from_millis(100));
+        b.backstop(Duration::from_secs(2));
+        b.skip_short(Duration::from_millis(100));
+        let first = b.step();
+        assert!(
+            (Duration::from_millis(50)..Duration::from_millis(150)).contains(&first),
+            "{first:?}"
+        );
+        assert_eq!(b.next, Duration::from_millis(200));
+        // Never beyond the maximum, never shorter than the step already reached.
+        let mut b = Backoff::new(Duration::from_millis(1), Duration::from_millis(10));
+        b.skip_short(Duration::from_secs(1));
+        assert_eq!(b.next, Duration::from_millis(10));
+        b.skip_short(Duration::from_millis(2));
+        assert_eq!(b.next, Duration::from_millis(10));
     }
 
     #[test]

@@ -155,7 +155,7 @@ struct Attempt<'a> {
 
 /// How many of an acquisition's first pauses end in a look even when events cover the
 /// wait (see [`Attempt::sleep`]): with the default poll interval, the first
-/// 1 + 2 + 4 + 8 ms.
+/// 1 + 2 + 4 + 8 ms. Not for a wait behind a queued writer.
 const LOOKING_PAUSES: u32 = 4;
 
 /// How old the record in a spare may be when the spare is given its name: older ones
@@ -266,7 +266,20 @@ impl<'a> Attempt<'a> {
             self.sd.rewind();
         }
         let interest = std::mem::replace(&mut self.interest, Interest::ALL);
+        // Behind a queued writer (its pending file is the one waited for), we are not
+        // next: the look of a looking pause would find the same queue, and costs a
+        // listing and a judgement while the writers ahead take their turns (issue #14).
+        let behind_queue = matches!(interest.single_file(), Some(LockName::Pending { .. }));
         let owner = self.owner.take();
+        // And the short pauses of the back-off are for waits that only polling may end:
+        // this one ends at an event (the file's removal, or its owner's exit, which the
+        // wait watches once it holds a pidfd of it; until then its first pause is cut to
+        // `notify::FIRST_WAIT`), so its pauses start at the maximum poll interval. Under
+        // contention the first 1 ms pause ran out in about every other wait, a wake-up
+        // for nothing.
+        if behind_queue && owner.is_some() && self.wake.is_some() && !self.sd.is_remote() {
+            self.backoff.skip_short(self.cfg.max_poll);
+        }
         if let Some(w) = &self.wake {
             w.concerns(interest, owner);
         }
@@ -282,7 +295,9 @@ impl<'a> Attempt<'a> {
             // acquisition's first `LOOKING_PAUSES` pauses still end in a look, as before:
             // skipping those made hand-offs after 2-12 ms holds 20-40 µs slower on the
             // benchmark machine (a waiter that did nothing for the whole hold woke
-            // slower), and they are few and short.
+            // slower), and they are few and short. Not behind a queued writer: that
+            // wait ends at its predecessor's removal, not at a hand-off to us, and
+            // under contention those early looks were a tenth of a grant's cost.
             let covered =
                 !self.sd.is_remote() && self.wake.as_ref().is_some_and(Subscription::covered);
             let backstop = self
@@ -291,7 +306,7 @@ impl<'a> Attempt<'a> {
                 .saturating_mul(crate::config::COVERED_BACKSTOP);
             if !removed.is_nothing()
                 || !covered
-                || self.pauses < LOOKING_PAUSES
+                || (self.pauses < LOOKING_PAUSES && !behind_queue)
                 || self.looked.elapsed() >= backstop
             {
                 return Some(removed);
@@ -358,7 +373,7 @@ impl<'a> Attempt<'a> {
             return false;
         }
         self.subscribed = true;
-        self.wake = notify::subscribe(self.sd.fd().as_fd());
+        self.wake = notify::subscribe_to(self.sd.fd().as_fd(), self.sd.id());
         if let Some(w) = &self.wake {
             // A reader's waits on one file wake when the file is deleted, after the
             // `unlink` has left the state directory's lock: a herd of readers then does
@@ -1364,6 +1379,47 @@ mod tests {
             c_counters.master_reads(),
             0,
             "C read `.master_lock` before its grant"
+        );
+    }
+
+    /// A writer behind a queued writer sleeps until its predecessor's pending file goes:
+    /// its wait is covered by events (the file's watch, its owner's exit), so it neither
+    /// looks at the end of its first pauses (those looks are for a wait on
+    /// `.master_lock`, where a hand-off to us comes) nor takes the back-off's short
+    /// pauses (issue #14: under contention each was a wake-up for nothing).
+    #[test]
+    fn a_writer_behind_a_queued_writer_sleeps_without_looking() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let lk = counting_lock(dir.path());
+        let queued = |n: usize| lk.status().expect("status").pending.len() >= n;
+        let h = lk.write().expect("H");
+        let a = Taker::spawn(&lk, None, true);
+        wait_for("A queued", || queued(1));
+        let c_counters = Counters::default();
+        let c = Taker::spawn(&lk, Some(&c_counters), true);
+        wait_for("C queued", || queued(2));
+        // Long enough for the first four pauses of the back-off, looking or short, to be
+        // over several times: 1 + 2 + 4 + 8 ms from its minimum, 50-150 + 100-300 ms
+        // from the maximum poll interval.
+        std::thread::sleep(Duration::from_millis(600));
+        let listings = c_counters.listings();
+        let slept_on = c_counters.covered.load(Ordering::SeqCst);
+        drop(h);
+        a.granted();
+        a.release();
+        c.granted();
+        c.release();
+        // W2's look (and one right after subscribing, should the subscription come
+        // after it); a looking pause would add one look per pause.
+        assert!(
+            listings <= 2,
+            "C listed the directory {listings} times in its first 600 ms behind A"
+        );
+        // Pauses that ran out with nothing seen: from 1 ms up, eight or more in 600 ms;
+        // from the maximum poll interval (100 ms here), at most four.
+        assert!(
+            slept_on <= 5,
+            "C woke {slept_on} times for nothing in its first 600 ms behind A"
         );
     }
 

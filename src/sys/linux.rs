@@ -287,6 +287,14 @@ impl Probed {
         false
     }
 
+    /// A copy of the pidfd remembered for `pid` started at `start`, if any (`None` also
+    /// when the table is busy, see [`Probed::running`]).
+    fn copy(&self, pid: u32, start: u64) -> Option<OwnedFd> {
+        let seen = self.0.try_lock()?;
+        let (_, _, fd) = seen.iter().find(|e| e.0 == pid && e.1 == start)?;
+        fd.try_clone().ok()
+    }
+
     fn remember(&self, pid: u32, start: u64, fd: OwnedFd) {
         let Some(mut seen) = self.0.try_lock() else {
             return;
@@ -309,6 +317,13 @@ pub(crate) enum ExitWatch {
     Process { pid: u32, start: u64 },
 }
 
+/// A copy of the pidfd [`probe_pid`] keeps for the process `pid` started at `start`, if
+/// it keeps one (it found that process alive): one `fcntl`, no `pidfd_open` and no read of
+/// `/proc`. The process may have exited since (its pidfd is then readable).
+pub(crate) fn pidfd_known(pid: u32, start: u64) -> Option<OwnedFd> {
+    PROBED.copy(pid, start)
+}
+
 /// A pidfd (`pidfd_open(2)`) for the process `pid` of this pid namespace, provided it is
 /// still the one started at `start`: it is readable once that process has exited, at
 /// once if it already has (a zombie). `None` where pidfds are missing (Linux before 5.3),
@@ -319,6 +334,12 @@ pub(crate) enum ExitWatch {
 /// leader as a zombie while its other threads still exit, and the pidfd becomes readable
 /// only once they have: the two can disagree for that long.)
 pub(crate) fn pidfd(pid: u32, start: u64) -> Option<OwnedFd> {
+    // A process [`probe_pid`] found alive has a pidfd already, checked against its start
+    // time: a copy (one `fcntl`) spares the open and the read of `/proc/PID/stat`. It may
+    // have exited since; so may a freshly opened one's, and a waiter polls it either way.
+    if let Some(fd) = PROBED.copy(pid, start) {
+        return Some(fd);
+    }
     let raw = i32::try_from(pid).ok().filter(|&p| p > 0)?;
     // SAFETY: `pidfd_open` takes a pid and flags by value and returns a new descriptor
     // (close-on-exec) or -1; no memory is passed.
