@@ -21,6 +21,12 @@
 //! removal that cannot end its wait. Until a waiter says what concerns it (from its
 //! listing's start, [`Subscription::forget`], to its sleep) every removal does.
 //!
+//! The directory's watch reports removals only from the first wait that needs it (a
+//! wait on the shared watch, [`Watcher::widen`]); until then it reports only the
+//! directory's own removal. A process whose waiters all wait on one file each (below)
+//! then has no `unlink` in the state directory queued on its instance: under contention
+//! every process used to receive, read and pass over every removal.
+//!
 //! A waiter concerned with one file only (a queued writer: its predecessor's queue
 //! file, or `.master_lock` once it is first; a reader: the youngest queued writer's
 //! file, or `.master_lock`) does not wait on the shared watch at all: it watches that
@@ -263,6 +269,11 @@ struct Watcher {
     members: Mutex<Vec<Member>>,
     /// The directory went away or reading failed: waits are plain sleeps.
     dead: AtomicBool,
+    /// Whether the directory's watch reports removals (`IN_DELETE`): only from the
+    /// first wait that needs it, see [`Watcher::widen`].
+    wide: AtomicBool,
+    /// Serialises [`Watcher::widen`].
+    widening: Mutex<()>,
     /// The instance that async waits on one file watch their files with (made at the
     /// first; `None` if it cannot be).
     #[cfg(feature = "tokio")]
@@ -270,6 +281,31 @@ struct Watcher {
 }
 
 impl Watcher {
+    /// Makes the directory's watch report removals (`IN_DELETE`), through `dir_link`, a
+    /// name of the directory open in this process. Until a wait needs them it reports
+    /// only the directory's own removal: a process whose waiters all wait on one file
+    /// (on an instance of their own) would otherwise have every `unlink` in the state
+    /// directory queued on its instance, read and passed over (issue #14: under
+    /// contention that delivery was about a tenth of a grant's cost). `false` if the
+    /// watch cannot be changed: the watcher is then dead, and waits poll.
+    fn widen(&self, dir_link: &str) -> bool {
+        let _one = self.widening.lock();
+        if self.wide.load(Ordering::SeqCst) {
+            return true;
+        }
+        match self.inotify.add_watch(dir_link, WIDE) {
+            Ok(_) => {
+                // Only now: a look that finds `wide` set was made after the watch.
+                self.wide.store(true, Ordering::SeqCst);
+                true
+            }
+            Err(_) => {
+                self.dead.store(true, Ordering::SeqCst);
+                false
+            }
+        }
+    }
+
     /// Tells every member but `except` of the `events` that concern it.
     fn broadcast(&self, events: &[Event], except: Option<u64>) {
         for m in self.members.lock().iter().filter(|m| Some(m.id) != except) {
@@ -404,6 +440,10 @@ pub(crate) struct Subscription<'d> {
     /// Whether the last wait that ran out watched both the one file and its owner's
     /// exit ([`Subscription::covered`]).
     covered: AtomicBool,
+    /// Whether the directory's watch reported removals when the subscriber last looked
+    /// ([`Subscription::forget`]): a wait on that watch needs it to have, or a removal
+    /// made between the look and the watch's widening would go unseen.
+    looked_wide: AtomicBool,
     /// The watch of such a wait on the thread's own instance, kept for the next wait
     /// when no look comes between (see `Attempt::sleep`): the file, its inode when
     /// watched, the watch. Dropped at the next look ([`Subscription::forget`]).
@@ -495,6 +535,17 @@ impl Subscription<'_> {
     }
 }
 
+/// What the directory's watch reports once a wait needs it ([`Watcher::widen`]). Every
+/// wait in the protocol ends with a file going away (a writer, a queued writer, a
+/// reader, a breaker): creations never unblock anyone, so they are not watched, and
+/// neither are the names no one waits for (`event`). Lock files go away by `unlink`
+/// only; the one rename, of the fencing token at each write grant, ends no wait, and
+/// watching renames would wake every waiting process at every grant for nothing (issue
+/// #14). A lock file moved away by hand is found by polling.
+const WIDE: AddWatchFlags = AddWatchFlags::IN_DELETE
+    .union(AddWatchFlags::IN_DELETE_SELF)
+    .union(AddWatchFlags::IN_ONLYDIR);
+
 /// How long the first wait for a new owner lasts at most (see `wait_on`).
 const FIRST_WAIT: Duration = Duration::from_millis(10);
 
@@ -568,6 +619,9 @@ impl Subscription<'_> {
             && let Some(removed) = self.wait_for_file(name, until)
         {
             return removed;
+        }
+        if let Some(look) = self.need_wide() {
+            return look;
         }
         // A pause too long to represent waits for a change only.
         self.follow_or_lead(until)
@@ -740,6 +794,23 @@ impl Subscription<'_> {
         self.drop_kept();
         *self.interest.lock() = Interest::ALL;
         self.changed.store(0, Ordering::SeqCst);
+        self.looked_wide
+            .store(self.watcher.wide.load(Ordering::SeqCst), Ordering::SeqCst);
+    }
+
+    /// Before a wait on the directory's watch: `None` if the last look was made while
+    /// it reported removals; otherwise widens it and returns [`Removed::OTHER`], so
+    /// that the caller looks again, now with every later removal reported. A caller
+    /// lists the directory after every wake-up that reports a removal, whether or not
+    /// it calls [`Subscription::forget`] first (W5 does not): that listing is the look
+    /// made after the widening.
+    fn need_wide(&self) -> Option<Removed> {
+        if self.looked_wide.load(Ordering::SeqCst) {
+            return None;
+        }
+        self.watcher.widen(&self.dir_link);
+        self.looked_wide.store(true, Ordering::SeqCst);
+        Some(Removed::OTHER)
     }
 
     fn follow_or_lead(&self, until: Option<Instant>) -> Removed {
@@ -1279,6 +1350,11 @@ mod reactor {
                     Err(()) => {}
                 }
             }
+            if matches!(on, On::Dir)
+                && let Some(look) = self.need_wide()
+            {
+                return look;
+            }
             loop {
                 let removed = Removed::take(&self.changed);
                 if !removed.is_nothing() {
@@ -1404,10 +1480,15 @@ impl Drop for Subscription<'_> {
 
 /// Subscribes to changes in the directory open as `dir`. `None` if inotify is not
 /// available (then waiting is plain polling).
+/// For the tests of the shared watch: a subscription whose watch reports removals from
+/// the start, and counts as having looked since.
 #[cfg(test)]
 pub(crate) fn subscribe(dir: BorrowedFd<'_>) -> Option<Subscription<'_>> {
     let st = nix::sys::stat::fstat(dir).ok()?;
-    subscribe_to(dir, FileId::of(&st))
+    let sub = subscribe_to(dir, FileId::of(&st))?;
+    sub.watcher.widen(&sub.dir_link);
+    sub.looked_wide.store(true, Ordering::SeqCst);
+    Some(sub)
 }
 
 /// [`subscribe`] to the directory open as `dir`, whose `(st_dev, st_ino)` is `key` (known
@@ -1454,6 +1535,7 @@ pub(crate) fn subscribe_to(dir: BorrowedFd<'_>, key: FileId) -> Option<Subscript
         owner: Mutex::new(None),
         pidfd: Mutex::new(None),
         covered: AtomicBool::new(false),
+        looked_wide: AtomicBool::new(false),
         met: Mutex::new(None),
         kept: Mutex::new(None),
         quiet: AtomicBool::new(false),
@@ -1465,17 +1547,12 @@ fn start(dir: &impl AsFd, pid: u32) -> Option<Arc<Watcher>> {
     let inotify = Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK).ok()?;
     // The magic link names exactly the directory we hold open, whatever its path is now.
     let path = format!("/proc/self/fd/{}", dir.as_fd().as_raw_fd());
+    // The directory's own removal only, until a wait needs the removals in it
+    // (`Watcher::widen`).
     inotify
         .add_watch(
             path.as_str(),
-            // Every wait in the protocol ends with a file going away (a writer, a queued
-            // writer, a reader, a breaker): creations never unblock anyone, so they are
-            // not watched, and neither are the names no one waits for (below). Lock
-            // files go away by `unlink` only; the one rename, of the fencing token at
-            // each write grant, ends no wait, and watching renames would wake every
-            // waiting process at every grant for nothing (issue #14). A lock file moved
-            // away by hand is found by polling.
-            AddWatchFlags::IN_DELETE | AddWatchFlags::IN_DELETE_SELF | AddWatchFlags::IN_ONLYDIR,
+            AddWatchFlags::IN_DELETE_SELF | AddWatchFlags::IN_ONLYDIR,
         )
         .ok()?;
     Some(Arc::new(Watcher {
@@ -1484,6 +1561,8 @@ fn start(dir: &impl AsFd, pid: u32) -> Option<Arc<Watcher>> {
         leading: AtomicBool::new(false),
         members: Mutex::new(Vec::new()),
         dead: AtomicBool::new(false),
+        wide: AtomicBool::new(false),
+        widening: Mutex::new(()),
         #[cfg(feature = "tokio")]
         files: std::sync::OnceLock::new(),
     }))
@@ -1687,6 +1766,45 @@ mod tests {
         assert_eq!(writer.wait(long), Removed::MASTER);
         assert_eq!(reader.wait(long), Removed::MASTER);
         assert_eq!(drainer.wait(short), Removed::NOTHING);
+    }
+
+    /// The directory's watch reports removals only once a wait needs it (issue #14): a
+    /// process whose waiters each wait on one file has no `unlink` in the state
+    /// directory queued on its instance. The first wait on the directory's watch widens
+    /// it and ends at once, so that the caller looks again (a removal between its look
+    /// and the widening would go unseen); after that look, waits sleep until a removal
+    /// concerns them.
+    #[test]
+    fn the_directory_watch_reports_removals_only_once_a_wait_needs_it() {
+        let one = ".slave_lock-0e18a3fe-e080-418f-922d-b61347e980a5";
+        let two = ".slave_lock-0e18a3fe-e080-418f-922d-b61347e980a6";
+        let three = ".slave_lock-0e18a3fe-e080-418f-922d-b61347e980a7";
+        let (dir, fd) = dir_with(&[one, two, three]);
+        let st = nix::sys::stat::fstat(fd.as_fd()).expect("fstat");
+        let sub = subscribe_to(fd.as_fd(), FileId::of(&st)).expect("inotify available");
+        sub.forget();
+        std::fs::remove_file(dir.path().join(one)).expect("remove");
+        assert!(
+            sub.watcher.drain().is_empty(),
+            "a removal was queued before any wait needed the directory's watch"
+        );
+        sub.concerns(Interest::READERS, None);
+        assert_eq!(
+            sub.wait(Duration::from_secs(30)),
+            Removed::OTHER,
+            "the first wait on the directory's watch must end at once: its look came before"
+        );
+        sub.forget();
+        sub.concerns(Interest::READERS, None);
+        assert_eq!(sub.wait(Duration::from_millis(50)), Removed::NOTHING);
+        std::fs::remove_file(dir.path().join(two)).expect("remove");
+        assert_eq!(sub.wait(Duration::from_secs(30)), Removed::OTHER);
+        // And it stays wide for the waits that follow, in any subscription.
+        let other = subscribe_to(fd.as_fd(), FileId::of(&st)).expect("inotify available");
+        other.forget();
+        other.concerns(Interest::READERS, None);
+        std::fs::remove_file(dir.path().join(three)).expect("remove");
+        assert_eq!(other.wait(Duration::from_secs(30)), Removed::OTHER);
     }
 
     /// A waiter concerned with one file waits on its own watch of that file: woken when

@@ -1423,6 +1423,33 @@ mod tests {
         );
     }
 
+    /// A writer waiting for a reader to leave (W5, on the directory's watch) sleeps
+    /// between its looks: the first such wait of the process widens the directory's
+    /// watch and looks once more (W5 lists without `Subscription::forget`, and a wait
+    /// that took that listing for one made before the widening would widen and look
+    /// again for ever), then pauses as the back-off says.
+    #[test]
+    fn a_writer_waiting_for_readers_sleeps_between_looks() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let lk = counting_lock(dir.path());
+        let r = lk.read().expect("R");
+        let w_counters = Counters::default();
+        let w = Taker::spawn(&lk, Some(&w_counters), true);
+        wait_for("W inside W5", || {
+            lk.status().expect("status").writer.is_some()
+        });
+        std::thread::sleep(Duration::from_millis(500));
+        let listings = w_counters.listings();
+        drop(r);
+        w.granted();
+        w.release();
+        // Pauses of 1, 2, 4, ... up to 100 ms (± 50 %): about ten looks in 500 ms.
+        assert!(
+            listings <= 30,
+            "W listed the directory {listings} times in 500 ms while a reader held"
+        );
+    }
+
     /// A `.master_lock` made after a long wait is made now: its mtime (what judges by
     /// lease go by) and its record's `since` are those of its creation, not of the spare
     /// the wait prepared. V8 gives a writer's `.master_lock` record its queue file's nonce
