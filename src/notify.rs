@@ -1478,10 +1478,9 @@ impl Drop for Subscription<'_> {
     }
 }
 
-/// Subscribes to changes in the directory open as `dir`. `None` if inotify is not
-/// available (then waiting is plain polling).
-/// For the tests of the shared watch: a subscription whose watch reports removals from
-/// the start, and counts as having looked since.
+/// For the tests of the shared watch: [`subscribe_to`], with the directory's watch
+/// reporting removals from the start and the subscription counted as having looked
+/// since.
 #[cfg(test)]
 pub(crate) fn subscribe(dir: BorrowedFd<'_>) -> Option<Subscription<'_>> {
     let st = nix::sys::stat::fstat(dir).ok()?;
@@ -1491,8 +1490,9 @@ pub(crate) fn subscribe(dir: BorrowedFd<'_>) -> Option<Subscription<'_>> {
     Some(sub)
 }
 
-/// [`subscribe`] to the directory open as `dir`, whose `(st_dev, st_ino)` is `key` (known
-/// since it was opened: no `fstat`).
+/// Subscribes to changes in the directory open as `dir`, whose `(st_dev, st_ino)` is
+/// `key` (known since it was opened: no `fstat`). `None` if inotify is not available
+/// (then waiting is plain polling).
 pub(crate) fn subscribe_to(dir: BorrowedFd<'_>, key: FileId) -> Option<Subscription<'_>> {
     use std::os::fd::AsRawFd as _;
     let pid = crate::sys::pid();
