@@ -151,6 +151,12 @@ impl Held {
             .is_ok()
     }
 
+    /// Counts `n` reads in at once, on their behalf: those that waited for this file's
+    /// read to come in ([`share::board`]). Only while the file is held by that read.
+    fn count_in(&self, n: usize) {
+        self.sharers.fetch_add(n, Ordering::AcqRel);
+    }
+
     /// Counts one guard (or joining read) out: whether it was the last, which must then
     /// release the file.
     fn leave(&self) -> bool {
@@ -775,11 +781,15 @@ guard_methods!(WriteGuard, "`.master_lock`", "write", "w", "`.master_lock`");
 
 /// Reads of one process that share one reader's file (V11, docs/protocol-notes.md): a
 /// read that finds a reader's file of this process still held joins it instead of
-/// making its own.
+/// making its own ([`join`](share::join)); one that finds none while another read of
+/// the process is on its way in waits for it and joins its file ([`board`](share::board)).
 pub(crate) mod share {
     use std::sync::atomic::{AtomicU32, AtomicUsize};
 
+    use parking_lot::Condvar;
+
     use super::*;
+    use crate::wait::Deadline;
 
     /// The reader's files of this process that reads may join: every read guard's file
     /// while it is held (dead entries are pruned as the table is read).
@@ -844,6 +854,12 @@ pub(crate) mod share {
         let Some(held) = held else {
             return Ok(None);
         };
+        enter(held, sd)
+    }
+
+    /// A read counted in on `held`: lists the state directory as R3 does (no
+    /// `.master_lock`, no pending file) and checks that the file is still ours.
+    fn enter(held: Arc<Held>, sd: &StateDir) -> Result<Option<Arc<Held>>> {
         let free = sd.list().map(|l| !l.master && l.pending.is_empty());
         if matches!(free, Ok(true)) && held.check().is_ok() {
             return Ok(Some(held));
@@ -854,6 +870,156 @@ pub(crate) mod share {
             let _ = held.release();
         }
         free.map(|_| None)
+    }
+
+    /// A read of this process on its way in with a file of its own (R1–R3), registered
+    /// so that reads arriving meanwhile wait for it and join its file ([`board`]).
+    struct Flight {
+        id: u64,
+        /// The state directory, and the terms a file must have to be shared (as
+        /// [`fits`] asks of an offered file).
+        dir: FileId,
+        lease: Duration,
+        pgid: u32,
+        /// Reads waiting for it: counted in on its file when it lands, then each takes
+        /// the file and counts itself off here; the entry goes when none is left.
+        waiting: usize,
+        /// `None` while under way; then the file, or `Some(None)` if the read failed,
+        /// or landed with nobody waiting.
+        landed: Option<Option<Arc<Held>>>,
+    }
+
+    /// Reads under way ([`Flight`]). Taken only by the process in [`OWNER`], as
+    /// `OFFERED` is: another thread may have held it at a fork.
+    static FLIGHTS: Mutex<Vec<Flight>> = Mutex::new(Vec::new());
+    /// Signalled whenever a flight lands.
+    static LANDED: Condvar = Condvar::new();
+    static NEXT_FLIGHT: AtomicU64 = AtomicU64::new(0);
+
+    /// What a read that found no file to join does next ([`board`]).
+    pub(crate) enum Boarding {
+        /// Take a file of its own (R1–R3), then [`Ticket::land`].
+        Fly(Ticket),
+        /// Counted in on the file of a read that came in while it waited, and inside.
+        Joined(Arc<Held>),
+        /// Take a file of its own, as if no other read were under way.
+        Alone,
+    }
+
+    /// A read's registration as under way; landing it lets the reads that waited for
+    /// it in. Dropped without [`Ticket::land`] (an error, a panic), it lands empty.
+    pub(crate) struct Ticket {
+        id: u64,
+        landed: bool,
+    }
+
+    impl Ticket {
+        /// The read came in with `held` (or failed: `None`): counts every read waiting
+        /// for it in on the file at once, before the read can leave it, and wakes them.
+        pub(crate) fn land(mut self, held: Option<&Arc<Held>>) {
+            self.landed = true;
+            land(self.id, held);
+        }
+    }
+
+    impl Drop for Ticket {
+        fn drop(&mut self) {
+            if !self.landed {
+                land(self.id, None);
+            }
+        }
+    }
+
+    fn land(id: u64, held: Option<&Arc<Held>>) {
+        let mut flights = FLIGHTS.lock();
+        if let Some(i) = flights.iter().position(|f| f.id == id) {
+            let f = &mut flights[i];
+            if f.waiting == 0 {
+                flights.swap_remove(i);
+                return;
+            }
+            if let Some(held) = held {
+                held.count_in(f.waiting);
+            }
+            f.landed = Some(held.cloned());
+        }
+        drop(flights);
+        LANDED.notify_all();
+    }
+
+    /// For a read that found no file to join (V11): if another read of this process is
+    /// on its way in to the same state directory on the same terms, waits for it (up to
+    /// `deadline`; never for a `try_read`) and joins its file: counted in when it lands,
+    /// it then makes its own R3 listing ([`enter`]). Otherwise registers this read as
+    /// under way, so that the reads that arrive meanwhile join it in turn. Reads that
+    /// ask at once, each with a `DirLock` of its own, thus come in through one file
+    /// even when none of them holds one yet.
+    ///
+    /// # Errors
+    ///
+    /// The listing's, after a wait.
+    pub(crate) fn board(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<Boarding> {
+        if !cfg.share_readers || !cfg.heartbeat {
+            return Ok(Boarding::Alone);
+        }
+        let pid = crate::sys::pid();
+        if OWNER
+            .compare_exchange(0, pid, Ordering::AcqRel, Ordering::Acquire)
+            .is_err_and(|owner| owner != pid)
+        {
+            return Ok(Boarding::Alone);
+        }
+        let mut flights = FLIGHTS.lock();
+        let (dir, lease, pgid) = (sd.id(), cfg.lease, cfg.pgid);
+        let under_way = flights
+            .iter_mut()
+            .find(|f| f.landed.is_none() && f.dir == dir && f.lease == lease && f.pgid == pgid);
+        let id = match under_way {
+            Some(f) if deadline != Deadline::Once => {
+                f.waiting += 1;
+                f.id
+            }
+            _ => {
+                let id = NEXT_FLIGHT.fetch_add(1, Ordering::Relaxed);
+                flights.push(Flight {
+                    id,
+                    dir,
+                    lease,
+                    pgid,
+                    waiting: 0,
+                    landed: None,
+                });
+                return Ok(Boarding::Fly(Ticket { id, landed: false }));
+            }
+        };
+        let mut timed_out = false;
+        loop {
+            let Some(i) = flights.iter().position(|f| f.id == id) else {
+                return Ok(Boarding::Alone);
+            };
+            let f = &mut flights[i];
+            if let Some(landed) = &f.landed {
+                let held = landed.clone();
+                f.waiting -= 1;
+                if f.waiting == 0 {
+                    flights.swap_remove(i);
+                }
+                drop(flights);
+                return Ok(match held {
+                    Some(held) => enter(held, sd)?.map_or(Boarding::Alone, Boarding::Joined),
+                    None => Boarding::Alone,
+                });
+            }
+            if timed_out {
+                // Not counted in: it has not landed.
+                f.waiting -= 1;
+                return Ok(Boarding::Alone);
+            }
+            match deadline {
+                Deadline::At(t) => timed_out = LANDED.wait_until(&mut flights, t).timed_out(),
+                _ => LANDED.wait(&mut flights),
+            }
+        }
     }
 
     /// Whether a read with `cfg` in `sd` may share `held`: a reader's file of this

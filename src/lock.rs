@@ -338,10 +338,14 @@ impl Builder {
     /// process already holds one on the same directory with the same settings, it
     /// **joins** that guard's file instead of creating its own: it counts itself in,
     /// lists the state directory as any reader does after announcing itself, and enters
-    /// if no writer holds or waits; otherwise it takes the usual way. A waiting writer
-    /// still stops every new read at once, joins included. The file is removed when the
-    /// last guard sharing it is released or dropped, and each guard still reports a lost
-    /// lock ([`ReadGuard::check`](crate::ReadGuard::check),
+    /// if no writer holds or waits; otherwise it takes the usual way. A blocking read
+    /// that finds no file to join while another read of this process is on its way in
+    /// waits for that one and joins its file once it is in (a `try_read` does not wait,
+    /// and a read with a timeout waits no longer than its timeout), so that reads asking
+    /// at once come in through one file. A waiting writer still stops every new read at
+    /// once, joins included. The file is removed when the last guard sharing it is
+    /// released or dropped, and each guard still reports a lost lock
+    /// ([`ReadGuard::check`](crate::ReadGuard::check),
     /// [`ReadGuard::is_lost`](crate::ReadGuard::is_lost)) for all of them.
     ///
     /// A join costs one listing instead of a creation, two listings and a removal: many
@@ -549,15 +553,22 @@ impl DirLock {
     fn acquire_read(&self, deadline: Deadline) -> Result<ReadGuard> {
         let sd = self.state()?;
         self.not_mine(&sd, Kind::Read)?;
-        // V11: join a reader's file this process holds, if no writer holds or waits.
+        // V11: join a reader's file this process holds, if no writer holds or waits; or
+        // the file of a read of this process on its way in.
         if let Some(held) = share::join(&sd, &self.cfg)? {
             return Ok(ReadGuard::joined(held, true));
         }
-        let own = protocol::read(&sd, &self.cfg, deadline)?;
-        Ok(ReadGuard::new(
-            Held::new(sd, Arc::clone(&self.cfg), own),
-            true,
-        ))
+        let ticket = match share::board(&sd, &self.cfg, deadline)? {
+            share::Boarding::Joined(held) => return Ok(ReadGuard::joined(held, true)),
+            share::Boarding::Fly(ticket) => Some(ticket),
+            share::Boarding::Alone => None,
+        };
+        let held = protocol::read(&sd, &self.cfg, deadline)
+            .map(|own| Held::new(sd, Arc::clone(&self.cfg), own));
+        if let Some(ticket) = ticket {
+            ticket.land(held.as_ref().ok());
+        }
+        Ok(ReadGuard::new(held?, true))
     }
 
     fn acquire_write(&self, deadline: Deadline) -> Result<WriteGuard> {

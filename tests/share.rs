@@ -2,11 +2,13 @@
 //! that finds a reader's file of its process still held joins it instead of making its
 //! own, unless a writer holds or waits; the last guard out removes the file; a lost
 //! file is lost for every guard on it and joined by nobody; a forked child never joins
-//! its parent's file. Writers are real processes.
+//! its parent's file; reads that ask while another read of the process is on its way in
+//! wait for it and join its file. Writers are real processes.
 
 mod common;
 
 use std::path::Path;
+use std::sync::mpsc;
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::Duration;
@@ -290,6 +292,111 @@ fn forked_child_role() {
     }
     parents.check().expect("the parent still holds its lock");
     println!("forked child: own file");
+}
+
+/// Whether thread `tid` of this process is asleep (state `S` in /proc): blocked in
+/// its acquisition, the readiness the tests below wait for.
+fn asleep(tid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/self/task/{tid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().starts_with('S'))
+        })
+        .unwrap_or(false)
+}
+
+/// Runs `f` with a `DirLock` of its own on a new thread; returns the thread's id, once
+/// the thread has it, and the channel `f`'s result comes on.
+fn on_thread<T: Send + 'static>(
+    dir: &Path,
+    f: impl FnOnce(&DirLock) -> T + Send + 'static,
+) -> (i32, mpsc::Receiver<T>) {
+    let (tid_tx, tid_rx) = mpsc::channel();
+    let (tx, rx) = mpsc::channel();
+    let dir = dir.to_path_buf();
+    thread::spawn(move || {
+        let l = lock(&dir);
+        tid_tx.send(nix::unistd::gettid().as_raw()).expect("send");
+        let _ = tx.send(f(&l));
+    });
+    (tid_rx.recv().expect("thread id"), rx)
+}
+
+/// Waits (up to a minute) for a result of `on_thread`.
+fn result<T>(rx: &mpsc::Receiver<T>, what: &str) -> T {
+    rx.recv_timeout(Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
+}
+
+#[test]
+fn reads_that_ask_while_a_read_is_on_its_way_in_join_its_file() {
+    let dir = tempdir();
+    let mut w = Child::spawn("writer", dir.path());
+    w.ok("write");
+    // Four reads ask while the writer holds, one after the other: the first is on its
+    // way in (waiting in R1), the others wait for it. None holds a file to join.
+    let mut reads = Vec::new();
+    for _ in 0..4 {
+        let (tid, rx) = on_thread(dir.path(), |l| l.read().expect("read"));
+        wait_until("the read waits", dir.path(), || asleep(tid));
+        reads.push(rx);
+    }
+    assert!(reader_files(dir.path()).is_empty());
+    w.ok("release");
+    let guards: Vec<ReadGuard> = reads.iter().map(|rx| result(rx, "read")).collect();
+    assert_eq!(
+        reader_files(dir.path()).len(),
+        1,
+        "the reads came in with files of their own"
+    );
+    for g in &guards {
+        assert_eq!(g.path(), guards[0].path());
+        g.check().expect("held");
+    }
+    drop(guards);
+    assert!(reader_files(dir.path()).is_empty());
+    w.finish();
+}
+
+#[test]
+fn a_read_waiting_for_another_keeps_its_own_deadline() {
+    let dir = tempdir();
+    let mut w = Child::spawn("writer", dir.path());
+    w.ok("write");
+    // The first read is on its way in, for 300 ms at most ...
+    let (first, first_rx) = on_thread(dir.path(), |l| {
+        l.try_read_for(Duration::from_millis(300)).map(|g| g.path())
+    });
+    wait_until("the first read waits", dir.path(), || asleep(first));
+    // ... a second waits for it, for as long as it takes ...
+    let (second, second_rx) = on_thread(dir.path(), |l| l.read().map(|g| (g.path(), g)));
+    wait_until("the second read waits", dir.path(), || asleep(second));
+    // ... a `try_read` does not wait for it, and a read with a deadline waits no longer.
+    let (_, try_rx) = on_thread(dir.path(), |l| l.try_read().err());
+    let (_, short_rx) = on_thread(dir.path(), |l| {
+        l.try_read_for(Duration::from_millis(50)).err()
+    });
+    let tried = result(&try_rx, "try_read");
+    assert!(matches!(tried, Some(Error::WouldBlock { .. })), "{tried:?}");
+    let short = result(&short_rx, "try_read_for");
+    assert!(matches!(short, Some(Error::TimedOut { .. })), "{short:?}");
+    // The first gives up: the second goes on by itself, and gets in after the writer.
+    let first = result(&first_rx, "the first read");
+    assert!(matches!(first, Err(Error::TimedOut { .. })), "{first:?}");
+    assert!(
+        reader_files(dir.path()).is_empty(),
+        "a failed read left a file"
+    );
+    assert!(
+        second_rx.try_recv().is_err(),
+        "the second read got in past the writer"
+    );
+    w.ok("release");
+    let (path, g) = result(&second_rx, "the second read").expect("read after the writer");
+    assert_eq!(reader_files(dir.path()), [file_name(&path)]);
+    drop(g);
+    w.finish();
 }
 
 #[cfg(feature = "tokio")]
