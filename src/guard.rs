@@ -884,8 +884,8 @@ pub(crate) mod share {
         /// Reads waiting for it: counted in on its file when it lands, then each takes
         /// the file and counts itself off here; the entry goes when none is left.
         waiting: usize,
-        /// `None` while under way; then the file, or `Some(None)` if the read failed,
-        /// or landed with nobody waiting.
+        /// `None` while under way; then the file, or `Some(None)` if the read failed.
+        /// (A read that lands with nobody waiting removes its entry instead.)
         landed: Option<Option<Arc<Held>>>,
     }
 
