@@ -881,12 +881,16 @@ pub(crate) mod share {
         dir: FileId,
         lease: Duration,
         pgid: u32,
-        /// Reads waiting for it: counted in on its file when it lands, then each takes
-        /// the file and counts itself off here; the entry goes when none is left.
+        /// Reads waiting for it ([`Seat`]s): counted in on its file when it lands, then
+        /// each takes the file and counts itself off here; the entry goes when none is
+        /// left.
         waiting: usize,
         /// `None` while under way; then the file, or `Some(None)` if the read failed.
         /// (A read that lands with nobody waiting removes its entry instead.)
         landed: Option<Option<Arc<Held>>>,
+        /// The tasks waiting for it (`read_async`), by seat, woken when it lands.
+        #[cfg(feature = "tokio")]
+        wakers: Vec<(u64, std::task::Waker)>,
     }
 
     /// Reads under way ([`Flight`]). Taken only by the process in [`OWNER`], as
@@ -894,7 +898,8 @@ pub(crate) mod share {
     static FLIGHTS: Mutex<Vec<Flight>> = Mutex::new(Vec::new());
     /// Signalled whenever a flight lands.
     static LANDED: Condvar = Condvar::new();
-    static NEXT_FLIGHT: AtomicU64 = AtomicU64::new(0);
+    /// Flights' and seats' ids.
+    static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
     /// What a read that found no file to join does next ([`board`]).
     pub(crate) enum Boarding {
@@ -907,7 +912,8 @@ pub(crate) mod share {
     }
 
     /// A read's registration as under way; landing it lets the reads that waited for
-    /// it in. Dropped without [`Ticket::land`] (an error, a panic), it lands empty.
+    /// it in. Dropped without [`Ticket::land`] (an error, a panic, a dropped future),
+    /// it lands empty.
     pub(crate) struct Ticket {
         id: u64,
         landed: bool,
@@ -932,55 +938,201 @@ pub(crate) mod share {
 
     fn land(id: u64, held: Option<&Arc<Held>>) {
         let mut flights = FLIGHTS.lock();
-        if let Some(i) = flights.iter().position(|f| f.id == id) {
-            let f = &mut flights[i];
-            if f.waiting == 0 {
-                flights.swap_remove(i);
-                return;
-            }
-            if let Some(held) = held {
-                held.count_in(f.waiting);
-            }
-            f.landed = Some(held.cloned());
+        let Some(i) = flights.iter().position(|f| f.id == id) else {
+            return;
+        };
+        let f = &mut flights[i];
+        if f.waiting == 0 {
+            flights.swap_remove(i);
+            return;
         }
+        if let Some(held) = held {
+            held.count_in(f.waiting);
+        }
+        f.landed = Some(held.cloned());
+        #[cfg(feature = "tokio")]
+        let wakers = std::mem::take(&mut f.wakers);
         drop(flights);
         LANDED.notify_all();
+        #[cfg(feature = "tokio")]
+        wakers.into_iter().for_each(|(_, w)| w.wake());
     }
 
-    /// For a read that found no file to join (V11): if another read of this process is
-    /// on its way in to the same state directory on the same terms, waits for it (up to
-    /// `deadline`; never for a `try_read`) and joins its file: counted in when it lands,
-    /// it then makes its own R3 listing ([`enter`]). Otherwise registers this read as
-    /// under way, so that the reads that arrive meanwhile join it in turn. Reads that
-    /// ask at once, each with a `DirLock` of its own, thus come in through one file
-    /// even when none of them holds one yet.
-    ///
-    /// # Errors
-    ///
-    /// The listing's, after a wait.
-    pub(crate) fn board(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<Boarding> {
+    /// A read's place among those waiting for a flight. It is counted in the flight's
+    /// `waiting` until it takes what the flight brought ([`Seat::take`]); dropped before
+    /// that (a deadline, a cancellation, a dropped future), it counts itself off, and
+    /// if the flight had already counted it in on its file, counts itself out of the
+    /// file again, which the last one out releases. So a waiter that goes away never
+    /// keeps a file held.
+    struct Seat {
+        flight: u64,
+        /// Its waker's key in the flight's `wakers`.
+        #[cfg(feature = "tokio")]
+        id: u64,
+        done: bool,
+    }
+
+    impl Seat {
+        /// What the flight brought, once it has landed (then the seat is done): its
+        /// file, already counted in for this read, or `None` if it failed or is gone.
+        fn take(&mut self, flights: &mut Vec<Flight>) -> Option<Option<Arc<Held>>> {
+            let Some(i) = flights.iter().position(|f| f.id == self.flight) else {
+                self.done = true;
+                return Some(None);
+            };
+            let f = &mut flights[i];
+            let landed = f.landed.as_ref()?.clone();
+            self.done = true;
+            f.waiting -= 1;
+            if f.waiting == 0 {
+                flights.swap_remove(i);
+            }
+            Some(landed)
+        }
+
+        /// Waits for the flight to land, on the calling thread, until `deadline` or
+        /// a cancellation of `cfg`'s (looked at every maximum poll interval, as the
+        /// protocol's pauses do): `None` if it gave up first.
+        fn wait(mut self, cfg: &Config, deadline: Deadline) -> Option<Option<Arc<Held>>> {
+            let mut flights = FLIGHTS.lock();
+            loop {
+                if let Some(landed) = self.take(&mut flights) {
+                    return Some(landed);
+                }
+                if cancelled(cfg) {
+                    break;
+                }
+                let tick = cfg
+                    .cancel
+                    .as_ref()
+                    .and_then(|_| Instant::now().checked_add(cfg.max_poll));
+                let until = match (deadline, tick) {
+                    (Deadline::At(t), Some(k)) => Some(t.min(k)),
+                    (Deadline::At(t), None) => Some(t),
+                    (_, k) => k,
+                };
+                match until {
+                    Some(t) => {
+                        let timed_out = LANDED.wait_until(&mut flights, t).timed_out();
+                        if timed_out && matches!(deadline, Deadline::At(d) if Instant::now() >= d) {
+                            if let Some(landed) = self.take(&mut flights) {
+                                return Some(landed);
+                            }
+                            break;
+                        }
+                    }
+                    None => LANDED.wait(&mut flights),
+                }
+            }
+            drop(flights);
+            None
+        }
+
+        /// As [`Seat::wait`], for a task: the flight wakes it as it lands.
+        #[cfg(feature = "tokio")]
+        async fn wait_async(mut self, cfg: &Config) -> Option<Option<Arc<Held>>> {
+            use std::future::Future;
+            use std::task::Poll;
+            let mut tick = cfg
+                .cancel
+                .as_ref()
+                .map(|_| Box::pin(tokio::time::sleep(cfg.max_poll)));
+            std::future::poll_fn(|cx| {
+                let mut flights = FLIGHTS.lock();
+                if let Some(landed) = self.take(&mut flights) {
+                    return Poll::Ready(Some(landed));
+                }
+                if let Some(tick) = &mut tick {
+                    while tick.as_mut().poll(cx).is_ready() {
+                        if cancelled(cfg) {
+                            return Poll::Ready(None);
+                        }
+                        let next = tokio::time::Instant::now() + cfg.max_poll;
+                        tick.as_mut().reset(next);
+                    }
+                }
+                if let Some(f) = flights.iter_mut().find(|f| f.id == self.flight) {
+                    match f.wakers.iter_mut().find(|(id, _)| *id == self.id) {
+                        Some((_, w)) => w.clone_from(cx.waker()),
+                        None => f.wakers.push((self.id, cx.waker().clone())),
+                    }
+                }
+                Poll::Pending
+            })
+            .await
+        }
+    }
+
+    impl Drop for Seat {
+        fn drop(&mut self) {
+            if self.done {
+                return;
+            }
+            let mut flights = FLIGHTS.lock();
+            let Some(i) = flights.iter().position(|f| f.id == self.flight) else {
+                return;
+            };
+            let f = &mut flights[i];
+            f.waiting -= 1;
+            #[cfg(feature = "tokio")]
+            f.wakers.retain(|(id, _)| *id != self.id);
+            let counted_in = f.landed.clone().flatten();
+            if f.waiting == 0 && f.landed.is_some() {
+                flights.swap_remove(i);
+            }
+            drop(flights);
+            if let Some(held) = counted_in
+                && held.leave()
+            {
+                let _ = held.release();
+            }
+        }
+    }
+
+    fn cancelled(cfg: &Config) -> bool {
+        cfg.cancel
+            .as_ref()
+            .is_some_and(|c| c.load(Ordering::Relaxed))
+    }
+
+    /// Where a read that found no file to join stands ([`board`]).
+    enum Place {
+        Fly(Ticket),
+        Wait(Seat),
+        Alone,
+    }
+
+    /// Registers a read that found no file to join: to wait for a read of this process
+    /// on its way in to the same state directory on the same terms (unless `deadline`
+    /// is `Once`: a `try_read`), or as under way itself.
+    fn register(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Place {
         if !cfg.share_readers || !cfg.heartbeat {
-            return Ok(Boarding::Alone);
+            return Place::Alone;
         }
         let pid = crate::sys::pid();
         if OWNER
             .compare_exchange(0, pid, Ordering::AcqRel, Ordering::Acquire)
             .is_err_and(|owner| owner != pid)
         {
-            return Ok(Boarding::Alone);
+            return Place::Alone;
         }
         let mut flights = FLIGHTS.lock();
         let (dir, lease, pgid) = (sd.id(), cfg.lease, cfg.pgid);
         let under_way = flights
             .iter_mut()
             .find(|f| f.landed.is_none() && f.dir == dir && f.lease == lease && f.pgid == pgid);
-        let id = match under_way {
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        match under_way {
             Some(f) if deadline != Deadline::Once => {
                 f.waiting += 1;
-                f.id
+                Place::Wait(Seat {
+                    flight: f.id,
+                    #[cfg(feature = "tokio")]
+                    id,
+                    done: false,
+                })
             }
             _ => {
-                let id = NEXT_FLIGHT.fetch_add(1, Ordering::Relaxed);
                 flights.push(Flight {
                     id,
                     dir,
@@ -988,37 +1140,54 @@ pub(crate) mod share {
                     pgid,
                     waiting: 0,
                     landed: None,
+                    #[cfg(feature = "tokio")]
+                    wakers: Vec::new(),
                 });
-                return Ok(Boarding::Fly(Ticket { id, landed: false }));
+                Place::Fly(Ticket { id, landed: false })
             }
-        };
-        let mut timed_out = false;
-        loop {
-            let Some(i) = flights.iter().position(|f| f.id == id) else {
-                return Ok(Boarding::Alone);
-            };
-            let f = &mut flights[i];
-            if let Some(landed) = &f.landed {
-                let held = landed.clone();
-                f.waiting -= 1;
-                if f.waiting == 0 {
-                    flights.swap_remove(i);
-                }
-                drop(flights);
-                return Ok(match held {
-                    Some(held) => enter(held, sd)?.map_or(Boarding::Alone, Boarding::Joined),
-                    None => Boarding::Alone,
-                });
-            }
-            if timed_out {
-                // Not counted in: it has not landed.
-                f.waiting -= 1;
-                return Ok(Boarding::Alone);
-            }
-            match deadline {
-                Deadline::At(t) => timed_out = LANDED.wait_until(&mut flights, t).timed_out(),
-                _ => LANDED.wait(&mut flights),
-            }
+        }
+    }
+
+    /// What a seat's wait brought, as a [`Boarding`]: a landed file is entered as a
+    /// join is ([`enter`]: the R3 listing and the check of the file).
+    fn after(landed: Option<Option<Arc<Held>>>, sd: &StateDir) -> Result<Boarding> {
+        Ok(match landed.flatten() {
+            Some(held) => enter(held, sd)?.map_or(Boarding::Alone, Boarding::Joined),
+            None => Boarding::Alone,
+        })
+    }
+
+    /// For a read that found no file to join (V11): if another read of this process is
+    /// on its way in to the same state directory on the same terms, waits for it (up to
+    /// `deadline` or a cancellation; never for a `try_read`) and joins its file: counted
+    /// in when it lands, it then makes its own R3 listing ([`enter`]). Otherwise
+    /// registers this read as under way, so that the reads that arrive meanwhile join it
+    /// in turn. Reads that ask at once, each with a `DirLock` of its own, thus come in
+    /// through one file even when none of them holds one yet.
+    ///
+    /// # Errors
+    ///
+    /// The listing's, after a wait.
+    pub(crate) fn board(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<Boarding> {
+        match register(sd, cfg, deadline) {
+            Place::Fly(ticket) => Ok(Boarding::Fly(ticket)),
+            Place::Alone => Ok(Boarding::Alone),
+            Place::Wait(seat) => after(seat.wait(cfg, deadline), sd),
+        }
+    }
+
+    /// [`board`] for `read_async`: waits for the read on its way in as a task, and is
+    /// cancel safe (a dropped wait leaves no count behind: [`Seat`]).
+    ///
+    /// # Errors
+    ///
+    /// The listing's, after a wait.
+    #[cfg(feature = "tokio")]
+    pub(crate) async fn board_async(sd: &StateDir, cfg: &Config) -> Result<Boarding> {
+        match register(sd, cfg, Deadline::Never) {
+            Place::Fly(ticket) => Ok(Boarding::Fly(ticket)),
+            Place::Alone => Ok(Boarding::Alone),
+            Place::Wait(seat) => after(seat.wait_async(cfg).await, sd),
         }
     }
 

@@ -338,11 +338,12 @@ impl Builder {
     /// process already holds one on the same directory with the same settings, it
     /// **joins** that guard's file instead of creating its own: it counts itself in,
     /// lists the state directory as any reader does after announcing itself, and enters
-    /// if no writer holds or waits; otherwise it takes the usual way. A blocking read
-    /// that finds no file to join while another read of this process is on its way in
-    /// waits for that one and joins its file once it is in (a `try_read` does not wait,
-    /// and a read with a timeout waits no longer than its timeout), so that reads asking
-    /// at once come in through one file. A waiting writer still stops every new read at
+    /// if no writer holds or waits; otherwise it takes the usual way. A read (blocking
+    /// or [`DirLock::read_async`]) that finds no file to join while another read of this
+    /// process is on its way in waits for that one and joins its file once it is in (a
+    /// `try_read` does not wait, a read with a timeout waits no longer than its timeout,
+    /// and a [`Cancel`] ends the wait as it ends any other), so that reads asking at once
+    /// come in through one file. A waiting writer still stops every new read at
     /// once, joins included. The file is removed when the last guard sharing it is
     /// released or dropped, and each guard still reports a lost lock
     /// ([`ReadGuard::check`](crate::ReadGuard::check),
@@ -629,7 +630,11 @@ impl DirLock {
     /// timeout, the other branch of a `select!`, an aborted task), no lock is taken and
     /// nothing of this acquisition stays in the state directory. A reader owns no file
     /// while it waits; a drop between its announcement and its decisive look cannot
-    /// happen, as no `.await` lies between them.
+    /// happen, as no `.await` lies between them. A read waiting for another read of
+    /// this process on its way in ([`Builder::share_readers`]) counts itself off when
+    /// dropped, and out of that read's file if it was already counted in, so it keeps
+    /// no file held; a read on its way in that is dropped lets the reads waiting for it
+    /// go on by themselves.
     ///
     /// Unlike [`DirLock::read`], it makes no [`Error::WouldDeadlock`] check: the guards
     /// of tasks are not the guards of threads. A task that holds a read guard and waits
@@ -678,11 +683,20 @@ impl DirLock {
         if let Some(held) = share::join(&sd, &self.cfg)? {
             return Ok(ReadGuard::joined(held, false));
         }
-        let own = protocol::read_in(&sd, &self.cfg, Deadline::Never, protocol::Mode::Async).await?;
-        Ok(ReadGuard::new(
-            Held::new(sd, Arc::clone(&self.cfg), own),
-            false,
-        ))
+        // Cancel safe too: a dropped wait for a read on its way in counts itself off (and
+        // out of the file, if it was counted in); a dropped read on its way in lands empty.
+        let ticket = match share::board_async(&sd, &self.cfg).await? {
+            share::Boarding::Joined(held) => return Ok(ReadGuard::joined(held, false)),
+            share::Boarding::Fly(ticket) => Some(ticket),
+            share::Boarding::Alone => None,
+        };
+        let held = protocol::read_in(&sd, &self.cfg, Deadline::Never, protocol::Mode::Async)
+            .await
+            .map(|own| Held::new(sd, Arc::clone(&self.cfg), own));
+        if let Some(ticket) = ticket {
+            ticket.land(held.as_ref().ok());
+        }
+        Ok(ReadGuard::new(held?, false))
     }
 
     /// Takes the exclusive (write) lock, waiting on the tokio reactor as long as it

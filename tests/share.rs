@@ -3,7 +3,9 @@
 //! own, unless a writer holds or waits; the last guard out removes the file; a lost
 //! file is lost for every guard on it and joined by nobody; a forked child never joins
 //! its parent's file; reads that ask while another read of the process is on its way in
-//! wait for it and join its file. Writers are real processes.
+//! wait for it and join its file, as threads and as tasks, and stop waiting at their
+//! deadline, at a cancellation, or (tasks) when dropped, without staying counted on the
+//! file. Writers are real processes.
 
 mod common;
 
@@ -399,6 +401,47 @@ fn a_read_waiting_for_another_keeps_its_own_deadline() {
     w.finish();
 }
 
+#[test]
+fn a_read_waiting_for_another_can_be_cancelled() {
+    let dir = tempdir();
+    let mut w = Child::spawn("writer", dir.path());
+    w.ok("write");
+    // The first read is on its way in, with no cancel handle ...
+    let (first, first_rx) = on_thread(dir.path(), |l| l.read().map(|g| g.path()));
+    wait_until("the first read waits", dir.path(), || asleep(first));
+    // ... a second, whose lock has one, waits for it ...
+    let cancel = rwdir::Cancel::new();
+    let (tid_tx, tid_rx) = mpsc::channel();
+    let (tx, second_rx) = mpsc::channel();
+    let (d, c) = (dir.path().to_path_buf(), cancel.clone());
+    thread::spawn(move || {
+        let l = DirLock::builder(&d)
+            .poll_interval(Duration::from_millis(1), Duration::from_millis(20))
+            .cancel(&c)
+            .build()
+            .expect("build lock");
+        tid_tx.send(nix::unistd::gettid().as_raw()).expect("send");
+        let _ = tx.send(l.read().map(drop));
+    });
+    let second = tid_rx.recv().expect("thread id");
+    wait_until("the second read waits", dir.path(), || asleep(second));
+    // ... and gives up when cancelled, although the first still waits (within a
+    // generous bound: the promise is one polling pause, 20 ms here).
+    cancel.cancel();
+    let second = second_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the cancelled read still waits");
+    assert!(matches!(second, Err(Error::Cancelled { .. })), "{second:?}");
+    assert!(
+        first_rx.try_recv().is_err(),
+        "the first read got in past the writer"
+    );
+    w.ok("release");
+    let path = result(&first_rx, "the first read").expect("read after the writer");
+    assert!(reader_files(dir.path()).is_empty(), "{path:?} stayed");
+    w.finish();
+}
+
 #[cfg(feature = "tokio")]
 #[test]
 fn tasks_share_a_file_too() {
@@ -417,6 +460,159 @@ fn tasks_share_a_file_too() {
     });
     assert_eq!(paths[0], paths[1]);
     assert!(reader_files(dir.path()).is_empty());
+}
+
+/// Polls `fut` once, as a runtime would when it first runs the task: a read of a task
+/// registers (on its way in, or waiting for one that is) at its first poll.
+#[cfg(feature = "tokio")]
+async fn poll_once<F: std::future::Future>(fut: &mut std::pin::Pin<&mut F>) -> bool {
+    std::future::poll_fn(|cx| std::task::Poll::Ready(fut.as_mut().poll(cx).is_pending())).await
+}
+
+#[cfg(feature = "tokio")]
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+#[cfg(feature = "tokio")]
+#[test]
+fn tasks_that_ask_while_a_task_is_on_its_way_in_join_its_file() {
+    let dir = tempdir();
+    let mut w = Child::spawn("writer", dir.path());
+    w.ok("write");
+    let l = lock(dir.path());
+    runtime().block_on(async {
+        // Four reads ask while the writer holds: the first is on its way in, the
+        // others wait for it, each a task of its own that runs again only when woken.
+        let first = l.read_async();
+        tokio::pin!(first);
+        assert!(poll_once(&mut first).await);
+        let mut tasks = Vec::new();
+        for _ in 0..3 {
+            let l = l.clone();
+            let mut read = Box::pin(async move { l.read_async().await });
+            assert!(poll_once(&mut read.as_mut()).await);
+            tasks.push(tokio::spawn(read));
+        }
+        assert!(reader_files(dir.path()).is_empty());
+        w.ok("release");
+        let first = first.await.expect("read");
+        let mut guards = vec![first];
+        for t in tasks {
+            let read = tokio::time::timeout(Duration::from_secs(60), t)
+                .await
+                .expect("a waiting task was never woken");
+            guards.push(read.expect("task").expect("read"));
+        }
+        assert_eq!(
+            reader_files(dir.path()).len(),
+            1,
+            "the tasks came in with files of their own"
+        );
+        for g in &guards {
+            assert_eq!(g.path(), guards[0].path());
+            g.check().expect("held");
+        }
+    });
+    assert!(reader_files(dir.path()).is_empty());
+    w.finish();
+}
+
+#[cfg(feature = "tokio")]
+#[test]
+fn a_task_that_stops_waiting_for_another_is_not_counted_on_its_file() {
+    let dir = tempdir();
+    let mut w = Child::spawn("writer", dir.path());
+    w.ok("write");
+    let l = lock(dir.path());
+    runtime().block_on(async {
+        let first = l.read_async();
+        let (early, late) = (Box::pin(l.read_async()), Box::pin(l.read_async()));
+        tokio::pin!(first);
+        let (mut early, mut late) = (early, late);
+        assert!(poll_once(&mut first).await);
+        assert!(poll_once(&mut early.as_mut()).await && poll_once(&mut late.as_mut()).await);
+        // One waiting task is dropped before the first read gets in, the other after
+        // it got in and counted both in on its file, before it ran again.
+        drop(early);
+        w.ok("release");
+        let g = first.await.expect("read");
+        drop(late);
+        // The guard is the file's only one again: its release is the last one out, and
+        // reports the file lost when it was removed behind its back (as a `cleanup
+        // --all` would); a release that thinks another guard still holds reports
+        // nothing.
+        assert_eq!(reader_files(dir.path()), [file_name(&g.path())]);
+        std::fs::remove_file(g.path()).expect("remove the reader's file");
+        let released = g.release();
+        assert!(
+            matches!(released, Err(Error::LockLost { .. })),
+            "a dropped wait is still counted on the file: {released:?}"
+        );
+    });
+    w.finish();
+}
+
+#[cfg(feature = "tokio")]
+#[test]
+fn a_dropped_task_on_its_way_in_lets_the_tasks_waiting_for_it_go_on() {
+    let dir = tempdir();
+    let mut w = Child::spawn("writer", dir.path());
+    w.ok("write");
+    let l = lock(dir.path());
+    runtime().block_on(async {
+        let (first, second) = (Box::pin(l.read_async()), Box::pin(l.read_async()));
+        let (mut first, mut second) = (first, second);
+        assert!(poll_once(&mut first.as_mut()).await && poll_once(&mut second.as_mut()).await);
+        drop(first);
+        assert!(
+            reader_files(dir.path()).is_empty(),
+            "a dropped read left a file"
+        );
+        w.ok("release");
+        let g = tokio::time::timeout(Duration::from_secs(60), second)
+            .await
+            .expect("the waiting task was never woken")
+            .expect("read");
+        assert_eq!(reader_files(dir.path()), [file_name(&g.path())]);
+    });
+    assert!(reader_files(dir.path()).is_empty());
+    w.finish();
+}
+
+#[cfg(feature = "tokio")]
+#[test]
+fn a_task_waiting_for_another_can_be_cancelled() {
+    let dir = tempdir();
+    let mut w = Child::spawn("writer", dir.path());
+    w.ok("write");
+    let cancel = rwdir::Cancel::new();
+    let (l, lc) = (
+        lock(dir.path()),
+        DirLock::builder(dir.path())
+            .poll_interval(Duration::from_millis(1), Duration::from_millis(20))
+            .cancel(&cancel)
+            .build()
+            .expect("build lock"),
+    );
+    runtime().block_on(async {
+        let first = Box::pin(l.read_async());
+        let mut first = first;
+        assert!(poll_once(&mut first.as_mut()).await);
+        let second = lc.read_async();
+        cancel.cancel();
+        let second = tokio::time::timeout(Duration::from_secs(10), second)
+            .await
+            .expect("the cancelled task still waits");
+        assert!(matches!(second, Err(Error::Cancelled { .. })), "{second:?}");
+        w.ok("release");
+        drop(first.await.expect("read after the writer"));
+    });
+    assert!(reader_files(dir.path()).is_empty());
+    w.finish();
 }
 
 fn file_name(p: &Path) -> String {
