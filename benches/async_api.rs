@@ -4,7 +4,7 @@
 //! (BENCHMARKS.md, "The async API"). Needs the feature:
 //! `cargo bench --features tokio --bench async_api`.
 //!
-//! Scenarios (pick some by name as arguments; default both):
+//! Scenarios (pick some by name as arguments; default all three):
 //!
 //! - `handoff`: as `processes handoff` (the same commands, holds and stamps): two
 //!   processes take turns holding the write lock, and the other waits for it (X → X) or
@@ -21,6 +21,13 @@
 //!   `std::thread::yield_now`), as a task whose work is asynchronous would: tasks of one
 //!   current-thread runtime would otherwise never contend. A lost increment fails the
 //!   run.
+//!
+//! - `readers`: T tasks of one process (on a multi-thread runtime with two workers),
+//!   each with a `DirLock` of its own, loop `read_async` → release → `yield_now` (the
+//!   asynchronous work a task does between two reads); grants per second of all tasks
+//!   together, with reads sharing one reader's file (the default) and with a file per
+//!   read (`Builder::share_readers(false)`), threads with the blocking API for
+//!   comparison, and T tasks on one `tokio::sync::RwLock` for scale.
 //!
 //! Every cell runs at tmpfs (`/dev/shm`) and at the default temporary directory, in a
 //! new random order every round; ratios are taken inside a round against the blocking
@@ -868,6 +875,178 @@ fn contention(targets: &mut Vec<Target>) {
     assert_eq!(lost, 0, "contended writers lost {lost} increments");
 }
 
+/// How the readers of [`readers`] read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReadCell {
+    /// `read_async`, reads of the process sharing one reader's file (the default).
+    Shared,
+    /// `read_async` with `Builder::share_readers(false)`: a file per read.
+    Apart,
+    /// Threads with `DirLock::read`, sharing.
+    Threads,
+    /// Tasks on one `tokio::sync::RwLock`.
+    Tokio,
+}
+
+/// `n` readers of one process read in a loop for `window`: grants per second of all
+/// together. Each task or thread has a `DirLock` of its own.
+fn readers_once(how: ReadCell, dir: &Path, n: usize, window: Duration) -> f64 {
+    let deadline = Instant::now() + window;
+    let total: u64 = if how == ReadCell::Threads {
+        std::thread::scope(|s| {
+            let hs: Vec<_> = (0..n)
+                .map(|_| {
+                    s.spawn(move || {
+                        let lock = DirLock::new(dir).expect("DirLock");
+                        let mut k = 0u64;
+                        while Instant::now() < deadline {
+                            lock.read().expect("read").release().expect("release");
+                            std::thread::yield_now();
+                            k += 1;
+                        }
+                        k
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().expect("reader")).sum()
+        })
+    } else {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let memory = Arc::new(tokio::sync::RwLock::new(()));
+        rt.block_on(async {
+            let tasks: Vec<_> = (0..n)
+                .map(|_| {
+                    let (dir, memory) = (dir.to_path_buf(), Arc::clone(&memory));
+                    tokio::spawn(async move {
+                        let lock = DirLock::builder(&dir)
+                            .share_readers(how != ReadCell::Apart)
+                            .build()
+                            .expect("DirLock");
+                        let mut k = 0u64;
+                        while Instant::now() < deadline {
+                            if how == ReadCell::Tokio {
+                                drop(memory.read().await);
+                            } else {
+                                let g = lock.read_async().await.expect("read_async");
+                                g.release().expect("release");
+                            }
+                            tokio::task::yield_now().await;
+                            k += 1;
+                        }
+                        k
+                    })
+                })
+                .collect();
+            let mut sum = 0;
+            for t in tasks {
+                sum += t.await.expect("reader task");
+            }
+            sum
+        })
+    };
+    total as f64 / window.as_secs_f64()
+}
+
+/// Tasks of one process reading at once (BENCHMARKS.md, "The async API").
+fn readers() {
+    let (rounds, window, counts): (usize, _, &[usize]) = if quick() {
+        (1, Duration::from_millis(50), &[1, 4])
+    } else {
+        (5, Duration::from_millis(300), &[1, 4, 16])
+    };
+    println!(
+        "## Tasks of one process reading at once
+"
+    );
+    println!(
+        "T readers of one process, each with a `DirLock` of its own, loop acquire → release → yield for {} ms; {rounds} rounds, cells in a new random order each. Tasks run on a multi-thread runtime with two workers and yield with `tokio::task::yield_now` (the asynchronous work a task does between two reads); threads use the blocking API and `std::thread::yield_now`. grants/s: all readers together, median [min–max] over rounds. × a file per read: median over rounds of the ratio of the shared tasks to the tasks with `share_readers(false)`.\n",
+        window.as_millis()
+    );
+    struct Cell {
+        how: ReadCell,
+        loc: Loc,
+        n: usize,
+        rate: Vec<f64>,
+    }
+    let mut cells = Vec::new();
+    for &loc in &Loc::available() {
+        for &n in counts {
+            for how in [ReadCell::Shared, ReadCell::Apart, ReadCell::Threads] {
+                cells.push(Cell {
+                    how,
+                    loc,
+                    n,
+                    rate: vec![],
+                });
+            }
+        }
+    }
+    for &n in counts {
+        cells.push(Cell {
+            how: ReadCell::Tokio,
+            loc: Loc::Tmpfs,
+            n,
+            rate: vec![],
+        });
+    }
+    let dirs: Vec<(Loc, tempfile::TempDir)> = Loc::available()
+        .into_iter()
+        .map(|l| (l, l.fresh_dir()))
+        .collect();
+    let mut rng = Rng::new();
+    rng.each_round_shuffled(&mut cells, rounds, |c, _| {
+        let dir = dirs
+            .iter()
+            .find(|(l, _)| *l == c.loc)
+            .map(|(_, d)| d.path())
+            .expect("a directory for each location");
+        c.rate.push(readers_once(c.how, dir, c.n, window));
+    });
+    let mut t = Table::new(&[
+        "at",
+        "T",
+        "tasks, shared file",
+        "tasks, a file per read",
+        "× a file per read",
+        "threads, shared file",
+        "`tokio::sync::RwLock`",
+    ]);
+    let rate = |how, loc, n| {
+        cells
+            .iter()
+            .find(|c| c.how == how && c.loc == loc && c.n == n)
+            .map(|c| c.rate.clone())
+            .unwrap_or_default()
+    };
+    for &loc in &Loc::available() {
+        for &n in counts {
+            let (shared, apart) = (
+                rate(ReadCell::Shared, loc, n),
+                rate(ReadCell::Apart, loc, n),
+            );
+            let memory = rate(ReadCell::Tokio, Loc::Tmpfs, n);
+            t.row(vec![
+                loc.to_string(),
+                n.to_string(),
+                common::spread(&shared, common::sig3),
+                common::spread(&apart, common::sig3),
+                common::times(round_ratio(&shared, &apart)),
+                common::spread(&rate(ReadCell::Threads, loc, n), common::sig3),
+                if loc == Loc::Tmpfs {
+                    common::spread(&memory, common::sig3)
+                } else {
+                    "".into()
+                },
+            ]);
+        }
+    }
+    t.print();
+}
+
 fn main() {
     if let Ok(role) = std::env::var(ROLE_ENV) {
         worker(&role);
@@ -897,6 +1076,9 @@ fn main() {
     }
     if want("contention") {
         contention(&mut targets);
+    }
+    if want("readers") {
+        readers();
     }
     println!(
         "Load average at the end: {}; wall time {:.1} s.\n",
