@@ -415,11 +415,7 @@ fn a_read_waiting_for_another_can_be_cancelled() {
     let (tx, second_rx) = mpsc::channel();
     let (d, c) = (dir.path().to_path_buf(), cancel.clone());
     thread::spawn(move || {
-        let l = DirLock::builder(&d)
-            .poll_interval(Duration::from_millis(1), Duration::from_millis(20))
-            .cancel(&c)
-            .build()
-            .expect("build lock");
+        let l = cancellable(&d, &c);
         tid_tx.send(nix::unistd::gettid().as_raw()).expect("send");
         let _ = tx.send(l.read().map(drop));
     });
@@ -469,24 +465,53 @@ async fn poll_once<F: std::future::Future>(fut: &mut std::pin::Pin<&mut F>) -> b
     std::future::poll_fn(|cx| std::task::Poll::Ready(fut.as_mut().poll(cx).is_pending())).await
 }
 
+/// A lock whose waits end when `cancel` is cancelled (fast polling, as [`lock`]).
+fn cancellable(dir: &Path, cancel: &rwdir::Cancel) -> DirLock {
+    DirLock::builder(dir)
+        .poll_interval(Duration::from_millis(1), Duration::from_millis(20))
+        .cancel(cancel)
+        .build()
+        .expect("build lock")
+}
+
+/// Runs `f` on a current-thread runtime with a new directory whose write lock a writer
+/// process holds; `f` has it release (`ok("release")`) and hands it back. Then no
+/// reader's file may be left.
 #[cfg(feature = "tokio")]
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
+fn behind_a_writer<F>(f: impl FnOnce(std::path::PathBuf, Child) -> F)
+where
+    F: std::future::Future<Output = Child>,
+{
+    let dir = tempdir();
+    let mut w = Child::spawn("writer", dir.path());
+    w.ok("write");
+    let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .expect("runtime")
+        .expect("runtime");
+    let w = rt.block_on(f(dir.path().to_path_buf(), w));
+    assert!(
+        reader_files(dir.path()).is_empty(),
+        "a reader's file is left"
+    );
+    w.finish();
+}
+
+/// Waits (up to a minute) for a task's read.
+#[cfg(feature = "tokio")]
+async fn within_a_minute<T>(f: impl std::future::Future<Output = T>, what: &str) -> T {
+    tokio::time::timeout(Duration::from_secs(60), f)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: still waiting after a minute"))
 }
 
 #[cfg(feature = "tokio")]
 #[test]
 fn tasks_that_ask_while_a_task_is_on_its_way_in_join_its_file() {
-    let dir = tempdir();
-    let mut w = Child::spawn("writer", dir.path());
-    w.ok("write");
-    let l = lock(dir.path());
-    runtime().block_on(async {
+    behind_a_writer(|dir, mut w| async move {
         // Four reads ask while the writer holds: the first is on its way in, the
         // others wait for it, each a task of its own that runs again only when woken.
+        let l = lock(&dir);
         let first = l.read_async();
         tokio::pin!(first);
         assert!(poll_once(&mut first).await);
@@ -497,18 +522,15 @@ fn tasks_that_ask_while_a_task_is_on_its_way_in_join_its_file() {
             assert!(poll_once(&mut read.as_mut()).await);
             tasks.push(tokio::spawn(read));
         }
-        assert!(reader_files(dir.path()).is_empty());
+        assert!(reader_files(&dir).is_empty());
         w.ok("release");
-        let first = first.await.expect("read");
-        let mut guards = vec![first];
+        let mut guards = vec![first.await.expect("read")];
         for t in tasks {
-            let read = tokio::time::timeout(Duration::from_secs(60), t)
-                .await
-                .expect("a waiting task was never woken");
+            let read = within_a_minute(t, "a task waiting for the first").await;
             guards.push(read.expect("task").expect("read"));
         }
         assert_eq!(
-            reader_files(dir.path()).len(),
+            reader_files(&dir).len(),
             1,
             "the tasks came in with files of their own"
         );
@@ -516,24 +538,19 @@ fn tasks_that_ask_while_a_task_is_on_its_way_in_join_its_file() {
             assert_eq!(g.path(), guards[0].path());
             g.check().expect("held");
         }
+        w
     });
-    assert!(reader_files(dir.path()).is_empty());
-    w.finish();
 }
 
 #[cfg(feature = "tokio")]
 #[test]
 fn a_task_that_stops_waiting_for_another_is_not_counted_on_its_file() {
-    let dir = tempdir();
-    let mut w = Child::spawn("writer", dir.path());
-    w.ok("write");
-    let l = lock(dir.path());
-    runtime().block_on(async {
-        let first = l.read_async();
-        let (early, late) = (Box::pin(l.read_async()), Box::pin(l.read_async()));
-        tokio::pin!(first);
-        let (mut early, mut late) = (early, late);
-        assert!(poll_once(&mut first).await);
+    behind_a_writer(|dir, mut w| async move {
+        let l = lock(&dir);
+        let mut first = Box::pin(l.read_async());
+        let mut early = Box::pin(l.read_async());
+        let mut late = Box::pin(l.read_async());
+        assert!(poll_once(&mut first.as_mut()).await);
         assert!(poll_once(&mut early.as_mut()).await && poll_once(&mut late.as_mut()).await);
         // One waiting task is dropped before the first read gets in, the other after
         // it got in and counted both in on its file, before it ran again.
@@ -545,62 +562,43 @@ fn a_task_that_stops_waiting_for_another_is_not_counted_on_its_file() {
         // reports the file lost when it was removed behind its back (as a `cleanup
         // --all` would); a release that thinks another guard still holds reports
         // nothing.
-        assert_eq!(reader_files(dir.path()), [file_name(&g.path())]);
+        assert_eq!(reader_files(&dir), [file_name(&g.path())]);
         std::fs::remove_file(g.path()).expect("remove the reader's file");
         let released = g.release();
         assert!(
             matches!(released, Err(Error::LockLost { .. })),
             "a dropped wait is still counted on the file: {released:?}"
         );
+        w
     });
-    w.finish();
 }
 
 #[cfg(feature = "tokio")]
 #[test]
 fn a_dropped_task_on_its_way_in_lets_the_tasks_waiting_for_it_go_on() {
-    let dir = tempdir();
-    let mut w = Child::spawn("writer", dir.path());
-    w.ok("write");
-    let l = lock(dir.path());
-    runtime().block_on(async {
-        let (first, second) = (Box::pin(l.read_async()), Box::pin(l.read_async()));
-        let (mut first, mut second) = (first, second);
+    behind_a_writer(|dir, mut w| async move {
+        let l = lock(&dir);
+        let mut first = Box::pin(l.read_async());
+        let mut second = Box::pin(l.read_async());
         assert!(poll_once(&mut first.as_mut()).await && poll_once(&mut second.as_mut()).await);
         drop(first);
-        assert!(
-            reader_files(dir.path()).is_empty(),
-            "a dropped read left a file"
-        );
+        assert!(reader_files(&dir).is_empty(), "a dropped read left a file");
         w.ok("release");
-        let g = tokio::time::timeout(Duration::from_secs(60), second)
+        let g = within_a_minute(second, "the task waiting for it")
             .await
-            .expect("the waiting task was never woken")
             .expect("read");
-        assert_eq!(reader_files(dir.path()), [file_name(&g.path())]);
+        assert_eq!(reader_files(&dir), [file_name(&g.path())]);
+        w
     });
-    assert!(reader_files(dir.path()).is_empty());
-    w.finish();
 }
 
 #[cfg(feature = "tokio")]
 #[test]
 fn a_task_waiting_for_another_can_be_cancelled() {
-    let dir = tempdir();
-    let mut w = Child::spawn("writer", dir.path());
-    w.ok("write");
-    let cancel = rwdir::Cancel::new();
-    let (l, lc) = (
-        lock(dir.path()),
-        DirLock::builder(dir.path())
-            .poll_interval(Duration::from_millis(1), Duration::from_millis(20))
-            .cancel(&cancel)
-            .build()
-            .expect("build lock"),
-    );
-    runtime().block_on(async {
-        let first = Box::pin(l.read_async());
-        let mut first = first;
+    behind_a_writer(|dir, mut w| async move {
+        let cancel = rwdir::Cancel::new();
+        let (l, lc) = (lock(&dir), cancellable(&dir, &cancel));
+        let mut first = Box::pin(l.read_async());
         assert!(poll_once(&mut first.as_mut()).await);
         let second = lc.read_async();
         cancel.cancel();
@@ -610,9 +608,8 @@ fn a_task_waiting_for_another_can_be_cancelled() {
         assert!(matches!(second, Err(Error::Cancelled { .. })), "{second:?}");
         w.ok("release");
         drop(first.await.expect("read after the writer"));
+        w
     });
-    assert!(reader_files(dir.path()).is_empty());
-    w.finish();
 }
 
 fn file_name(p: &Path) -> String {
