@@ -274,9 +274,10 @@
 //! ([`Builder::share_readers`]): a read while another read guard of the process holds
 //! the lock joins that guard's file (it counts itself in, lists the state directory, and
 //! enters if no writer holds or waits) instead of creating, listing twice and removing a
-//! file of its own. Many threads reading at once then cost little more than one; a
-//! waiting writer still stops every new read at once, and the last guard out removes
-//! the file. Each guard is still its taker's for the rules above. [`DirLock::status`]
+//! file of its own; a read that finds none held while another read of the process is on
+//! its way in waits for that one and joins its file. Many threads (or tasks, through
+//! `DirLock::read_async`) reading at once then cost little more than one; a waiting
+//! writer still stops every new read at once, and the last guard out removes the file. Each guard is still its taker's for the rules above. [`DirLock::status`]
 //! shows one reader for the process.
 
 #![warn(missing_docs, unreachable_pub)]

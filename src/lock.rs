@@ -339,7 +339,7 @@ impl Builder {
     /// **joins** that guard's file instead of creating its own: it counts itself in,
     /// lists the state directory as any reader does after announcing itself, and enters
     /// if no writer holds or waits; otherwise it takes the usual way. A read (blocking
-    /// or [`DirLock::read_async`]) that finds no file to join while another read of this
+    /// or `DirLock::read_async`) that finds no file to join while another read of this
     /// process is on its way in waits for that one and joins its file once it is in (a
     /// `try_read` does not wait, a read with a timeout waits no longer than its timeout,
     /// and a [`Cancel`] ends the wait as it ends any other), so that reads asking at once
