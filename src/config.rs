@@ -30,6 +30,13 @@ pub(crate) struct Config {
 }
 
 impl Config {
+    /// Whether this lock's `Cancel` handle was cancelled: waits give up at their next look.
+    pub(crate) fn cancelled(&self) -> bool {
+        self.cancel
+            .as_ref()
+            .is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
     /// How often an owner renews each of its files (docs/protocol.md §3.8, H2): lease/3, so
     /// that a file whose owner runs is never older than a third of the lease, from its
     /// creation to its removal, while waiting as well as while holding.

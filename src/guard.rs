@@ -999,7 +999,7 @@ pub(crate) mod share {
                 if let Some(landed) = self.take(&mut flights) {
                     return Some(landed);
                 }
-                if cancelled(cfg) {
+                if cfg.cancelled() {
                     break;
                 }
                 let tick = cfg
@@ -1044,7 +1044,7 @@ pub(crate) mod share {
                 }
                 if let Some(tick) = &mut tick {
                     while tick.as_mut().poll(cx).is_ready() {
-                        if cancelled(cfg) {
+                        if cfg.cancelled() {
                             return Poll::Ready(None);
                         }
                         let next = tokio::time::Instant::now() + cfg.max_poll;
@@ -1087,12 +1087,6 @@ pub(crate) mod share {
                 let _ = held.release();
             }
         }
-    }
-
-    fn cancelled(cfg: &Config) -> bool {
-        cfg.cancel
-            .as_ref()
-            .is_some_and(|c| c.load(Ordering::Relaxed))
     }
 
     /// Where a read that found no file to join stands ([`board`]).

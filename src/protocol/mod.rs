@@ -4,6 +4,7 @@
 
 use std::cell::Cell;
 use std::os::fd::{AsFd, OwnedFd};
+#[cfg(test)]
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -432,10 +433,7 @@ impl<'a> Attempt<'a> {
     }
 
     fn cancelled(&self) -> bool {
-        self.cfg
-            .cancel
-            .as_ref()
-            .is_some_and(|c| c.load(Ordering::Relaxed))
+        self.cfg.cancelled()
     }
 
     /// The error for a deadline that passed, naming who is in the way now.
