@@ -37,6 +37,7 @@ RES = os.path.join(HERE, "results")   # --tag T: results/variants/T
 EXTRA = ""                            # --gen ARGS: appended to every configuration's generator options
 PAN_EXTRA = ""                        # --pan-extra / --cc-extra: for testing the INCOMPLETE detection
 CC_EXTRA = ""
+PAN_TIMEOUT = 3600                    # --timeout: seconds one pan search may take
 
 # (id, title, generator args, mode, expected, tier)
 #   mode: "safety" (assertions + invalid end states, DFS), "bfs" (the same, breadth-first:
@@ -447,7 +448,8 @@ def classify(out):
     trunc = ("max search depth too small" in low or "out of memory" in low
              or "search not completed" in low or "reached -dmemlim bound" in low
              or "memory limit" in low)
-    if errors is None:
+    if errors is None or "too small, recompile" in low:
+        # no verdict, or pan stopped before searching (-DMA=N below the state vector)
         return "ERROR", trunc
     if int(errors.group(1)) > 0:
         return "FAIL", trunc          # a counterexample is definite; pan stops after it
@@ -508,7 +510,7 @@ def run_one(cfg, work):
     rc, out, _ = sh(f"cc {cflags} -o pan pan.c", d)
     if rc:
         return dict(base, result="ERROR", note=out[-500:])
-    rc, out, secs = sh(f"./pan {runflags}", d)
+    rc, out, secs = sh(f"./pan {runflags}", d, timeout=PAN_TIMEOUT)
     stored = re.search(r"([\d.e+]+) states, stored", out)
     depth = re.search(r"depth reached (\d+)", out)
     kind = re.search(r"pan:1: (.*?) \(at depth", out)
@@ -587,7 +589,7 @@ def write_summary(store):
 
 
 def main():
-    global RES, EXTRA, PAN_EXTRA, CC_EXTRA, TRAILS
+    global RES, EXTRA, PAN_EXTRA, CC_EXTRA, TRAILS, PAN_TIMEOUT
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="only the small configurations")
     ap.add_argument("--all", action="store_true", help="also the largest variant runs")
@@ -599,10 +601,14 @@ def main():
     ap.add_argument("--tag", default="", help="write results to results/variants/TAG")
     ap.add_argument("--pan-extra", default="", help="extra pan options (e.g. -m50, to see INCOMPLETE)")
     ap.add_argument("--cc-extra", default="", help="extra C compiler options for pan")
+    ap.add_argument("--timeout", type=float, default=3600,
+                    help="seconds one search may take before it is stopped (default 3600); "
+                         "a search stopped so is an ERROR, never a pass")
     ap.add_argument("--list", action="store_true", help="list the configurations and exit")
     ap.add_argument("--summary", action="store_true", help="rewrite results/summary.md from results.json and exit")
     a = ap.parse_args()
     EXTRA, PAN_EXTRA, CC_EXTRA, TRAILS = a.gen, a.pan_extra, a.cc_extra, a.trails
+    PAN_TIMEOUT = a.timeout
     if a.tag:
         RES = os.path.join(HERE, "results", "variants", a.tag)
     if a.summary:
