@@ -37,6 +37,11 @@
 //! `IN_ATTRIB` too; one `fstatat` of the name tells it from a removal, and the waiter
 //! sleeps on.
 //!
+//! Instances are a per-user resource (`fs.inotify.max_user_instances`, 128 by default,
+//! shared by every program of the user), so a process keeps few: the watchers of at
+//! most [`IDLE_WATCHERS`] state directories no one in it waits on, and instances of
+//! their own for at most [`OWN_INSTANCES`] threads (the others wait on the shared watch).
+//!
 //! A reader's wait on one file is quiet ([`Subscription::quiet`]): it watches for the
 //! file's deletion (`IN_DELETE_SELF`, raised when its last reference goes) instead of
 //! `IN_ATTRIB`, which `unlink` raises while it holds the state directory's lock. A
@@ -267,6 +272,9 @@ struct Watcher {
     /// Whether a thread is reading `inotify` now.
     leading: AtomicBool,
     members: Mutex<Vec<Member>>,
+    /// When it was last subscribed to, in the order of [`USES`]: the watchers kept while
+    /// idle are the ones used last (see [`evict_idle`]).
+    used: AtomicU64,
     /// The directory went away or reading failed: waits are plain sleeps.
     dead: AtomicBool,
     /// Whether the directory's watch reports removals (`IN_DELETE`): only from the
@@ -571,10 +579,72 @@ enum FileWait {
 
 thread_local! {
     /// The calling thread's own instance, for its waits on one file; made at the first,
-    /// `None` if it cannot be (then the shared watch serves). Kept for the thread's
+    /// `None` until one can be (then the shared watch serves). Kept for the thread's
     /// life: closing an instance waits for a kernel grace period (milliseconds), which
-    /// a wait per acquisition would pay every time.
-    static OWN: std::cell::OnceCell<Option<Inotify>> = const { std::cell::OnceCell::new() };
+    /// a wait per acquisition would pay every time. At most [`OWN_INSTANCES`] threads of
+    /// a process keep one (see [`OwnInstance`]).
+    static OWN: std::cell::RefCell<Option<OwnInstance>> = const { std::cell::RefCell::new(None) };
+}
+
+/// How many threads of a process keep an inotify instance of their own at once. Linux
+/// allows 128 instances per user by default (`fs.inotify.max_user_instances`), shared
+/// by every program of that user: a pool of hundreds of threads, each keeping the
+/// instance of its first wait for its whole life, would take them all. Threads beyond
+/// this wait on the shared watch, as waits did before they had instances of their own.
+pub(crate) const OWN_INSTANCES: usize = 16;
+
+/// Threads of this process that keep an instance of their own ([`OwnInstance`]).
+static OWN_LIVE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// A thread's own inotify instance, counted in [`OWN_LIVE`] while it lives.
+#[derive(Debug)]
+struct OwnInstance {
+    inotify: Inotify,
+    /// The process that made it: a child forked by that thread inherits the thread's
+    /// descriptor, which is the parent's instance, and must make its own (it would
+    /// otherwise read, and so take, the parent's events).
+    pid: u32,
+}
+
+impl OwnInstance {
+    /// A new instance, unless [`OWN_INSTANCES`] threads have one already or the kernel
+    /// refuses.
+    fn new(pid: u32) -> Option<OwnInstance> {
+        if OWN_LIVE.fetch_add(1, Ordering::SeqCst) >= OWN_INSTANCES {
+            OWN_LIVE.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        match Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK) {
+            Ok(inotify) => Some(OwnInstance { inotify, pid }),
+            Err(_) => {
+                OWN_LIVE.fetch_sub(1, Ordering::SeqCst);
+                None
+            }
+        }
+    }
+}
+
+impl Drop for OwnInstance {
+    fn drop(&mut self) {
+        OWN_LIVE.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Runs `f` on the calling thread's own instance, made now if it has none yet and one
+/// can be made; `None` if there is none (then the shared watch serves).
+fn with_own<R>(f: impl FnOnce(&Inotify) -> Option<R>) -> Option<R> {
+    OWN.try_with(|own| {
+        let mut own = own.try_borrow_mut().ok()?;
+        let pid = sys::pid();
+        if own.as_ref().is_none_or(|o| o.pid != pid) {
+            // In a forked child, dropping the inherited one closes only our descriptor.
+            *own = None;
+            *own = OwnInstance::new(pid);
+        }
+        f(&own.as_ref()?.inotify)
+    })
+    .ok()
+    .flatten()
 }
 
 impl Subscription<'_> {
@@ -643,12 +713,7 @@ impl Subscription<'_> {
         if !removed.is_nothing() {
             return Some(removed);
         }
-        OWN.with(|own| {
-            let inotify = own
-                .get_or_init(|| Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK).ok())
-                .as_ref()?;
-            self.wait_on(inotify, name, gone, until)
-        })
+        with_own(|inotify| self.wait_on(inotify, name, gone, until))
     }
 
     /// [`Subscription::wait_for_file`] on the thread's own `inotify`.
@@ -777,9 +842,12 @@ impl Subscription<'_> {
     /// Removes the kept watch, if any (see `kept`).
     fn drop_kept(&self) {
         if let Some((_, _, wd)) = self.kept.lock().take() {
+            let pid = sys::pid();
             let _ = OWN.try_with(|own| {
-                if let Some(Some(inotify)) = own.get() {
-                    unwatch(inotify, wd);
+                if let Ok(own) = own.try_borrow()
+                    && let Some(own) = own.as_ref().filter(|o| o.pid == pid)
+                {
+                    unwatch(&own.inotify, wd);
                 }
             });
         }
@@ -1496,18 +1564,26 @@ pub(crate) fn subscribe(dir: BorrowedFd<'_>) -> Option<Subscription<'_>> {
 pub(crate) fn subscribe_to(dir: BorrowedFd<'_>, key: FileId) -> Option<Subscription<'_>> {
     use std::os::fd::AsRawFd as _;
     let pid = crate::sys::pid();
+    // Watchers let go of here are dropped (their instances closed) once the map is
+    // unlocked: a close waits for a kernel grace period.
+    let mut evicted = Vec::new();
     let watcher = {
         let mut map = WATCHERS.lock();
         let map = map.get_or_insert_with(HashMap::new);
-        match map.get(&key) {
+        let w = match map.get(&key) {
             Some(w) if w.pid == pid && w.current() => Arc::clone(w),
             _ => {
+                evicted = evict_idle(map, pid);
                 let w = start(&dir, pid)?;
-                map.insert(key, Arc::clone(&w));
+                evicted.extend(map.insert(key, Arc::clone(&w)));
                 w
             }
-        }
+        };
+        w.used
+            .store(USES.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+        w
     };
+    drop(evicted);
     let (tx, rx) = crossbeam_channel::bounded(1);
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
     let changed = Arc::new(AtomicU8::new(0));
@@ -1542,6 +1618,52 @@ pub(crate) fn subscribe_to(dir: BorrowedFd<'_>, key: FileId) -> Option<Subscript
     })
 }
 
+/// How many state directories' watchers a process keeps while none of its waits uses
+/// them. Each holds an inotify instance, of the 128 that Linux allows a user by default
+/// (`fs.inotify.max_user_instances`, shared by every program of that user): a process
+/// that waited once on each of many directories must not keep one for each for ever.
+/// Kept ones spare the next wait on the same directory a new instance and its watch.
+pub(crate) const IDLE_WATCHERS: usize = 8;
+
+/// The order of subscriptions, for [`Watcher::used`].
+static USES: AtomicU64 = AtomicU64::new(0);
+
+/// Takes out of `map` what must not stay before a new watcher goes in: watchers made by
+/// another process (inherited through `fork`: ours are made anew), and the watchers no
+/// one uses but the map (no subscription, no waiting task), all but the
+/// [`IDLE_WATCHERS`] − 1 used last. Returns them, to be dropped once the map is
+/// unlocked.
+fn evict_idle(map: &mut HashMap<Key, Arc<Watcher>>, pid: u32) -> Vec<Arc<Watcher>> {
+    let mut idle: Vec<(u64, Key)> = map
+        .iter()
+        .filter(|(_, w)| Arc::strong_count(w) == 1 && w.members.lock().is_empty())
+        .map(|(k, w)| {
+            // A watcher of another process sorts first: it goes before any of ours.
+            let used = if w.pid == pid {
+                w.used.load(Ordering::Relaxed)
+            } else {
+                0
+            };
+            (used, *k)
+        })
+        .collect();
+    idle.sort_unstable_by_key(|(used, _)| *used);
+    let keep = IDLE_WATCHERS.saturating_sub(1);
+    let drop_n = idle.len().saturating_sub(keep);
+    let mut out: Vec<Arc<Watcher>> = idle[..drop_n]
+        .iter()
+        .filter_map(|(_, k)| map.remove(k))
+        .collect();
+    // Another process's watchers go whatever the count (a child never uses them).
+    let foreign: Vec<Key> = map
+        .iter()
+        .filter(|(_, w)| w.pid != pid && Arc::strong_count(w) == 1)
+        .map(|(k, _)| *k)
+        .collect();
+    out.extend(foreign.iter().filter_map(|k| map.remove(k)));
+    out
+}
+
 fn start(dir: &impl AsFd, pid: u32) -> Option<Arc<Watcher>> {
     use std::os::fd::AsRawFd as _;
     let inotify = Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK).ok()?;
@@ -1560,6 +1682,7 @@ fn start(dir: &impl AsFd, pid: u32) -> Option<Arc<Watcher>> {
         pid,
         leading: AtomicBool::new(false),
         members: Mutex::new(Vec::new()),
+        used: AtomicU64::new(0),
         dead: AtomicBool::new(false),
         wide: AtomicBool::new(false),
         widening: Mutex::new(()),
@@ -1820,7 +1943,7 @@ mod tests {
         std::fs::remove_file(dir.path().join(slave)).expect("remove");
         assert_eq!(sub.wait(Duration::from_millis(50)), Removed::NOTHING);
         assert!(
-            OWN.with(|own| own.get().is_some_and(Option::is_some)),
+            OWN.with(|own| own.borrow().is_some()),
             "waited on a watch of its own"
         );
         // Removed while it waits.
