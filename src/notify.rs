@@ -1628,40 +1628,27 @@ pub(crate) const IDLE_WATCHERS: usize = 8;
 /// The order of subscriptions, for [`Watcher::used`].
 static USES: AtomicU64 = AtomicU64::new(0);
 
-/// Takes out of `map` what must not stay before a new watcher goes in: watchers made by
-/// another process (inherited through `fork`: ours are made anew), and the watchers no
-/// one uses but the map (no subscription, no waiting task), all but the
-/// [`IDLE_WATCHERS`] − 1 used last. Returns them, to be dropped once the map is
+/// Takes out of `map` what must not stay before a new watcher goes in: among the
+/// watchers no one holds but the map (no subscription: each holds one), those made by
+/// another process (inherited through `fork`: this one makes its own), and all of ours
+/// but the [`IDLE_WATCHERS`] − 1 used last. Returns them, to be dropped once the map is
 /// unlocked.
 fn evict_idle(map: &mut HashMap<Key, Arc<Watcher>>, pid: u32) -> Vec<Arc<Watcher>> {
-    let mut idle: Vec<(u64, Key)> = map
+    let unused = |w: &Arc<Watcher>| Arc::strong_count(w) == 1;
+    let mut gone: Vec<Key> = map
         .iter()
-        .filter(|(_, w)| Arc::strong_count(w) == 1 && w.members.lock().is_empty())
-        .map(|(k, w)| {
-            // A watcher of another process sorts first: it goes before any of ours.
-            let used = if w.pid == pid {
-                w.used.load(Ordering::Relaxed)
-            } else {
-                0
-            };
-            (used, *k)
-        })
-        .collect();
-    idle.sort_unstable_by_key(|(used, _)| *used);
-    let keep = IDLE_WATCHERS.saturating_sub(1);
-    let drop_n = idle.len().saturating_sub(keep);
-    let mut out: Vec<Arc<Watcher>> = idle[..drop_n]
-        .iter()
-        .filter_map(|(_, k)| map.remove(k))
-        .collect();
-    // Another process's watchers go whatever the count (a child never uses them).
-    let foreign: Vec<Key> = map
-        .iter()
-        .filter(|(_, w)| w.pid != pid && Arc::strong_count(w) == 1)
+        .filter(|(_, w)| w.pid != pid && unused(w))
         .map(|(k, _)| *k)
         .collect();
-    out.extend(foreign.iter().filter_map(|k| map.remove(k)));
-    out
+    let mut idle: Vec<(u64, Key)> = map
+        .iter()
+        .filter(|(_, w)| w.pid == pid && unused(w))
+        .map(|(k, w)| (w.used.load(Ordering::Relaxed), *k))
+        .collect();
+    idle.sort_unstable_by_key(|(used, _)| *used);
+    let surplus = idle.len().saturating_sub(IDLE_WATCHERS - 1);
+    gone.extend(idle[..surplus].iter().map(|(_, k)| *k));
+    gone.iter().filter_map(|k| map.remove(k)).collect()
 }
 
 fn start(dir: &impl AsFd, pid: u32) -> Option<Arc<Watcher>> {
