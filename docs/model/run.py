@@ -601,7 +601,7 @@ def main():
     ap.add_argument("--tag", default="", help="write results to results/variants/TAG")
     ap.add_argument("--pan-extra", default="", help="extra pan options (e.g. -m50, to see INCOMPLETE)")
     ap.add_argument("--cc-extra", default="", help="extra C compiler options for pan")
-    ap.add_argument("--timeout", type=float, default=3600,
+    ap.add_argument("--timeout", type=float, default=PAN_TIMEOUT,
                     help="seconds one search may take before it is stopped (default 3600); "
                          "a search stopped so is an ERROR, never a pass")
     ap.add_argument("--list", action="store_true", help="list the configurations and exit")
