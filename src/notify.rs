@@ -21,11 +21,13 @@
 //! removal that cannot end its wait. Until a waiter says what concerns it (from its
 //! listing's start, [`Subscription::forget`], to its sleep) every removal does.
 //!
-//! The directory's watch reports removals only from the first wait that needs it (a
-//! wait on the shared watch, [`Watcher::widen`]); until then it reports only the
-//! directory's own removal. A process whose waiters all wait on one file each (below)
-//! then has no `unlink` in the state directory queued on its instance: under contention
-//! every process used to receive, read and pass over every removal.
+//! The shared watch's instance and its watch of the directory are made by the first
+//! wait that needs them (a wait on the shared watch, [`Watcher::widen`]); until then
+//! there are none. A process whose waiters all wait on one file each (below) then holds
+//! one instance per waiting thread and none for the directory, and has no `unlink` in
+//! the state directory queued for it: under contention every process used to receive,
+//! read and pass over every removal, and a herd of 64 waiting processes used to hold
+//! 128 instances, every one a user may have by default.
 //!
 //! A waiter concerned with one file only (a queued writer: its predecessor's queue
 //! file, or `.master_lock` once it is first; a reader: the youngest queued writer's
@@ -38,9 +40,10 @@
 //! sleeps on.
 //!
 //! Instances are a per-user resource (`fs.inotify.max_user_instances`, 128 by default,
-//! shared by every program of the user), so a process keeps few: the watchers of at
-//! most [`IDLE_WATCHERS`] state directories no one in it waits on, and instances of
-//! their own for at most [`OWN_INSTANCES`] threads (the others wait on the shared watch).
+//! shared by every program of the user), so a process makes them only when a wait needs
+//! one, and keeps few: the watchers of at most [`IDLE_WATCHERS`] state directories no one
+//! in it waits on, and instances of their own for at most [`OWN_INSTANCES`] threads (the
+//! others wait on the shared watch). Where none can be made, waits poll.
 //!
 //! A reader's wait on one file is quiet ([`Subscription::quiet`]): it watches for the
 //! file's deletion (`IN_DELETE_SELF`, raised when its last reference goes) instead of
@@ -265,7 +268,11 @@ impl Member {
 
 #[derive(Debug)]
 struct Watcher {
-    inotify: Inotify,
+    /// The instance watching the directory, made by the first wait on the shared watch
+    /// ([`Watcher::widen`]). A process whose waiters all wait on one file each (on
+    /// instances of their own) never makes it: a waiting process then holds one
+    /// instance, not two, of the user's 128.
+    inotify: std::sync::OnceLock<Inotify>,
     /// The process that made the instance: after a `fork` the child makes its own (it
     /// would otherwise read, and so take, the parent's events).
     pid: u32,
@@ -277,7 +284,7 @@ struct Watcher {
     used: AtomicU64,
     /// The directory went away or reading failed: waits are plain sleeps.
     dead: AtomicBool,
-    /// Whether the directory's watch reports removals (`IN_DELETE`): only from the
+    /// Whether the directory is watched (`IN_DELETE`, `IN_DELETE_SELF`): only from the
     /// first wait that needs it, see [`Watcher::widen`].
     wide: AtomicBool,
     /// Serialises [`Watcher::widen`].
@@ -289,20 +296,25 @@ struct Watcher {
 }
 
 impl Watcher {
-    /// Makes the directory's watch report removals (`IN_DELETE`), through `dir_link`, a
-    /// name of the directory open in this process. Until a wait needs them it reports
-    /// only the directory's own removal: a process whose waiters all wait on one file
-    /// (on an instance of their own) would otherwise have every `unlink` in the state
-    /// directory queued on its instance, read and passed over (issue #14: under
-    /// contention that delivery was about a tenth of a grant's cost). `false` if the
-    /// watch cannot be changed: the watcher is then dead, and waits poll.
+    /// Makes the instance and watches the directory's removals (`IN_DELETE`) through
+    /// `dir_link`, a name of the directory open in this process. Until a wait needs them
+    /// there is no instance: a process whose waiters all wait on one file (on an
+    /// instance of their own) would otherwise hold a second instance for nothing, and
+    /// with the watch have every `unlink` in the state directory queued on it, read and
+    /// passed over (issue #14: under contention that delivery was about a tenth of a
+    /// grant's cost). `false` if the instance or the watch cannot be made (inotify
+    /// missing, `max_user_instances` reached): the watcher is then dead, and waits poll.
     fn widen(&self, dir_link: &str) -> bool {
         let _one = self.widening.lock();
         if self.wide.load(Ordering::SeqCst) {
             return true;
         }
-        match self.inotify.add_watch(dir_link, WIDE) {
-            Ok(_) => {
+        let made =
+            new_instance().and_then(|inotify| inotify.add_watch(dir_link, WIDE).map(|_| inotify));
+        match made {
+            Ok(inotify) => {
+                // Set once, under `widening`, while `wide` is still false.
+                let _ = self.inotify.set(inotify);
                 // Only now: a look that finds `wide` set was made after the watch.
                 self.wide.store(true, Ordering::SeqCst);
                 true
@@ -312,6 +324,11 @@ impl Watcher {
                 false
             }
         }
+    }
+
+    /// The instance, once a wait made it ([`Watcher::widen`]).
+    fn instance(&self) -> Option<&Inotify> {
+        self.inotify.get()
     }
 
     /// Tells every member but `except` of the `events` that concern it.
@@ -341,7 +358,9 @@ impl Watcher {
         }
     }
 
-    /// Whether the instance still watches a live directory. Nobody reads the instance
+    /// Whether the instance still watches a live directory (a watcher with no instance
+    /// yet watches nothing that could be stale: [`Watcher::widen`] watches the
+    /// directory its caller has open). Nobody reads the instance
     /// while nobody waits, so a removal of the directory may still be queued: a new
     /// directory can then have the old one's `(dev, ino)` (ext4 reuses inode numbers),
     /// and the old watch would never report a change in it. Reading what is queued
@@ -355,6 +374,9 @@ impl Watcher {
     fn current(&self) -> bool {
         if self.dead.load(Ordering::SeqCst) {
             return false;
+        }
+        if self.instance().is_none() {
+            return true;
         }
         if self
             .leading
@@ -380,8 +402,12 @@ impl Watcher {
     /// after that.
     fn read(&self, all: bool) -> Vec<Event> {
         let mut found = Vec::new();
+        let Some(inotify) = self.instance() else {
+            // Not watching yet: nothing can be queued.
+            return found;
+        };
         loop {
-            match self.inotify.read_events() {
+            match inotify.read_events() {
                 Ok(events) if all && !events.is_empty() => {
                     let gone = events.iter().any(|e| {
                         e.mask
@@ -577,6 +603,22 @@ enum FileWait {
     Gone { certain: bool, unwatched: bool },
 }
 
+/// A new inotify instance (close-on-exec, non-blocking).
+fn new_instance() -> nix::Result<Inotify> {
+    #[cfg(test)]
+    if NO_INSTANCES.with(std::cell::Cell::get) {
+        return Err(Errno::EMFILE);
+    }
+    Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK)
+}
+
+#[cfg(test)]
+thread_local! {
+    /// For tests: no instance can be made on this thread, as when the user's
+    /// `max_user_instances` are all taken.
+    pub(crate) static NO_INSTANCES: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 thread_local! {
     /// The calling thread's own instance, for its waits on one file; made at the first,
     /// `None` until one can be (then the shared watch serves). Kept for the thread's
@@ -614,7 +656,7 @@ impl OwnInstance {
             OWN_LIVE.fetch_sub(1, Ordering::SeqCst);
             return None;
         }
-        match Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK) {
+        match new_instance() {
             Ok(inotify) => Some(OwnInstance { inotify, pid }),
             Err(_) => {
                 OWN_LIVE.fetch_sub(1, Ordering::SeqCst);
@@ -671,6 +713,13 @@ impl Subscription<'_> {
     /// a wait needs no look when its pause runs out: nothing the look judges changed.
     pub(crate) fn covered(&self) -> bool {
         self.covered.load(Ordering::Relaxed)
+    }
+
+    /// Whether events no longer come through the shared watch: its instance could not
+    /// be made or watched, reading it failed, or the directory went away. Waits are
+    /// then plain sleeps, and the caller should poll as it does without a subscription.
+    pub(crate) fn dead(&self) -> bool {
+        self.watcher.dead.load(Ordering::SeqCst)
     }
 
     /// Waits for a change or for `pause`, whichever comes first. Returns what was
@@ -940,7 +989,12 @@ impl Subscription<'_> {
                 }
                 None => None,
             };
-            let mut fds = [PollFd::new(w.inotify.as_fd(), PollFlags::POLLIN)];
+            // Made before any lead: a wait leads only once the watch is wide.
+            let Some(inotify) = w.instance() else {
+                w.dead.store(true, Ordering::SeqCst);
+                return Some(Removed::OTHER);
+            };
+            let mut fds = [PollFd::new(inotify.as_fd(), PollFlags::POLLIN)];
             match ppoll(&mut fds, timeout, None) {
                 Ok(0) => return Some(Removed::NOTHING),
                 Ok(_) => {
@@ -991,7 +1045,7 @@ mod reactor {
     use std::sync::atomic::AtomicBool;
 
     use nix::errno::Errno;
-    use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
+    use nix::sys::inotify::{AddWatchFlags, Inotify, WatchDescriptor};
     use parking_lot::Mutex;
     use tokio::io::unix::AsyncFd;
     use tokio::time::Sleep;
@@ -1051,7 +1105,7 @@ mod reactor {
     impl Files {
         fn new() -> Option<Files> {
             Some(Files {
-                inotify: Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK).ok()?,
+                inotify: super::new_instance().ok()?,
                 leading: AtomicBool::new(false),
                 watches: Mutex::new(HashMap::new()),
                 dead: AtomicBool::new(false),
@@ -1170,10 +1224,10 @@ mod reactor {
             }
         }
 
-        fn inotify<'a>(&'a self, w: &'a Watcher) -> &'a Inotify {
+        fn inotify<'a>(&'a self, w: &'a Watcher) -> Option<&'a Inotify> {
             match self {
-                On::Dir => &w.inotify,
-                On::Files(f) => &f.inotify,
+                On::Dir => w.instance(),
+                On::Files(f) => Some(&f.inotify),
             }
         }
 
@@ -1245,8 +1299,11 @@ mod reactor {
             let sub = self.sub;
             let w = &sub.watcher;
             let on = self.on;
-            let registered = on
-                .inotify(w)
+            // The shared watch's instance exists: a wait leads on it only once it is wide.
+            let Some(inotify) = on.inotify(w) else {
+                return Err(());
+            };
+            let registered = inotify
                 .as_fd()
                 .try_clone_to_owned()
                 .and_then(sys::register_readable);
@@ -1552,16 +1609,20 @@ impl Drop for Subscription<'_> {
 #[cfg(test)]
 pub(crate) fn subscribe(dir: BorrowedFd<'_>) -> Option<Subscription<'_>> {
     let st = nix::sys::stat::fstat(dir).ok()?;
-    let sub = subscribe_to(dir, FileId::of(&st))?;
-    sub.watcher.widen(&sub.dir_link);
+    let sub = subscribe_to(dir, FileId::of(&st));
+    if !sub.watcher.widen(&sub.dir_link) {
+        return None;
+    }
     sub.looked_wide.store(true, Ordering::SeqCst);
     Some(sub)
 }
 
 /// Subscribes to changes in the directory open as `dir`, whose `(st_dev, st_ino)` is
-/// `key` (known since it was opened: no `fstat`). `None` if inotify is not available
-/// (then waiting is plain polling).
-pub(crate) fn subscribe_to(dir: BorrowedFd<'_>, key: FileId) -> Option<Subscription<'_>> {
+/// `key` (known since it was opened: no `fstat`). Opens nothing: the instances
+/// are made by the waits that need them, and where they cannot be (inotify missing,
+/// `max_user_instances` reached) the subscription turns [dead](Subscription::dead) and
+/// waiting is plain polling.
+pub(crate) fn subscribe_to(dir: BorrowedFd<'_>, key: FileId) -> Subscription<'_> {
     use std::os::fd::AsRawFd as _;
     let pid = crate::sys::pid();
     // Watchers let go of here are dropped (their instances closed) once the map is
@@ -1574,7 +1635,7 @@ pub(crate) fn subscribe_to(dir: BorrowedFd<'_>, key: FileId) -> Option<Subscript
             Some(w) if w.pid == pid && w.current() => Arc::clone(w),
             _ => {
                 evicted = evict_idle(map, pid);
-                let w = start(&dir, pid)?;
+                let w = start(pid);
                 evicted.extend(map.insert(key, Arc::clone(&w)));
                 w
             }
@@ -1598,7 +1659,7 @@ pub(crate) fn subscribe_to(dir: BorrowedFd<'_>, key: FileId) -> Option<Subscript
         interest: Arc::clone(&interest),
         task: Arc::clone(&task),
     });
-    Some(Subscription {
+    Subscription {
         id,
         rx,
         changed,
@@ -1615,14 +1676,15 @@ pub(crate) fn subscribe_to(dir: BorrowedFd<'_>, key: FileId) -> Option<Subscript
         met: Mutex::new(None),
         kept: Mutex::new(None),
         quiet: AtomicBool::new(false),
-    })
+    }
 }
 
 /// How many state directories' watchers a process keeps while none of its waits uses
-/// them. Each holds an inotify instance, of the 128 that Linux allows a user by default
-/// (`fs.inotify.max_user_instances`, shared by every program of that user): a process
-/// that waited once on each of many directories must not keep one for each for ever.
-/// Kept ones spare the next wait on the same directory a new instance and its watch.
+/// them. Each that a wait on the shared watch made holds an inotify instance, of the 128
+/// that Linux allows a user by default (`fs.inotify.max_user_instances`, shared by every
+/// program of that user): a process that waited once on each of many directories must
+/// not keep one for each for ever. Kept ones spare the next wait on the same directory a
+/// new instance and its watch.
 pub(crate) const IDLE_WATCHERS: usize = 8;
 
 /// The order of subscriptions, for [`Watcher::used`].
@@ -1651,21 +1713,11 @@ fn evict_idle(map: &mut HashMap<Key, Arc<Watcher>>, pid: u32) -> Vec<Arc<Watcher
     gone.iter().filter_map(|k| map.remove(k)).collect()
 }
 
-fn start(dir: &impl AsFd, pid: u32) -> Option<Arc<Watcher>> {
-    use std::os::fd::AsRawFd as _;
-    let inotify = Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK).ok()?;
-    // The magic link names exactly the directory we hold open, whatever its path is now.
-    let path = format!("/proc/self/fd/{}", dir.as_fd().as_raw_fd());
-    // The directory's own removal only, until a wait needs the removals in it
-    // (`Watcher::widen`).
-    inotify
-        .add_watch(
-            path.as_str(),
-            AddWatchFlags::IN_DELETE_SELF | AddWatchFlags::IN_ONLYDIR,
-        )
-        .ok()?;
-    Some(Arc::new(Watcher {
-        inotify,
+/// A watcher with no instance yet: the first wait on the shared watch makes it
+/// ([`Watcher::widen`]).
+fn start(pid: u32) -> Arc<Watcher> {
+    Arc::new(Watcher {
+        inotify: std::sync::OnceLock::new(),
         pid,
         leading: AtomicBool::new(false),
         members: Mutex::new(Vec::new()),
@@ -1675,7 +1727,7 @@ fn start(dir: &impl AsFd, pid: u32) -> Option<Arc<Watcher>> {
         widening: Mutex::new(()),
         #[cfg(feature = "tokio")]
         files: std::sync::OnceLock::new(),
-    }))
+    })
 }
 
 /// What an event means for waits: the removal of a lock file that can end a wait, or an
@@ -1810,6 +1862,33 @@ mod tests {
         assert!(!watcher.current(), "the removal was not noticed");
     }
 
+    /// A subscription makes no instance, nor does a wait on one file (it uses the
+    /// thread's own): only the first wait on the shared watch makes it.
+    #[test]
+    fn the_shared_instance_is_made_by_the_first_wait_that_needs_it() {
+        let (_dir, fd) = dir_with(&[".master_lock"]);
+        let st = nix::sys::stat::fstat(fd.as_fd()).expect("fstat");
+        let sub = subscribe_to(fd.as_fd(), FileId::of(&st));
+        assert!(sub.watcher.instance().is_none(), "made by the subscription");
+        assert!(sub.watcher.current());
+        sub.forget();
+        sub.concerns(Interest::MASTER, None);
+        assert_eq!(sub.wait(Duration::from_millis(20)), Removed::NOTHING);
+        assert!(
+            sub.watcher.instance().is_none(),
+            "made by a wait on one file"
+        );
+        sub.forget();
+        sub.concerns(Interest::ALL, None);
+        // The first wait on the shared watch makes it, and asks for a look.
+        assert_eq!(sub.wait(Duration::from_secs(30)), Removed::OTHER);
+        assert!(
+            sub.watcher.instance().is_some(),
+            "not made for the shared watch"
+        );
+        assert!(!sub.dead());
+    }
+
     /// A wake-up says what was removed, and `forget` drops what came before a listing.
     #[test]
     fn a_wake_up_says_what_was_removed() {
@@ -1891,7 +1970,7 @@ mod tests {
         let three = ".slave_lock-0e18a3fe-e080-418f-922d-b61347e980a7";
         let (dir, fd) = dir_with(&[one, two, three]);
         let st = nix::sys::stat::fstat(fd.as_fd()).expect("fstat");
-        let sub = subscribe_to(fd.as_fd(), FileId::of(&st)).expect("inotify available");
+        let sub = subscribe_to(fd.as_fd(), FileId::of(&st));
         sub.forget();
         std::fs::remove_file(dir.path().join(one)).expect("remove");
         assert!(
@@ -1910,7 +1989,7 @@ mod tests {
         std::fs::remove_file(dir.path().join(two)).expect("remove");
         assert_eq!(sub.wait(Duration::from_secs(30)), Removed::OTHER);
         // And it stays wide for the waits that follow, in any subscription.
-        let other = subscribe_to(fd.as_fd(), FileId::of(&st)).expect("inotify available");
+        let other = subscribe_to(fd.as_fd(), FileId::of(&st));
         other.forget();
         other.concerns(Interest::READERS, None);
         std::fs::remove_file(dir.path().join(three)).expect("remove");

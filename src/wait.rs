@@ -61,6 +61,8 @@ pub(crate) fn block_on<F: Future>(f: F) -> F::Output {
 pub(crate) struct Backoff {
     next: Duration,
     max: Duration,
+    /// The maximum it was made with, before any [`Backoff::backstop`].
+    polled_max: Duration,
     /// A higher ceiling for the next step only ([`Backoff::stretch`]).
     stretch: Option<Duration>,
     rng: u64,
@@ -77,6 +79,7 @@ impl Backoff {
         Backoff {
             next: min,
             max: max.max(min),
+            polled_max: max.max(min),
             stretch: None,
             rng: seed,
         }
@@ -86,6 +89,14 @@ impl Backoff {
     /// to `max` (never shorter than the maximum they had).
     pub(crate) fn backstop(&mut self, max: Duration) {
         self.max = self.max.max(max);
+    }
+
+    /// Events stopped coming (the subscription is dead): polling is the floor again, and
+    /// the pauses go back under the maximum they were made with.
+    pub(crate) fn unbackstop(&mut self) {
+        self.max = self.polled_max;
+        self.next = self.next.min(self.max);
+        self.stretch = None;
     }
 
     /// Skips the short steps: the next one is `to` (at most the maximum, and never
@@ -176,6 +187,23 @@ mod tests {
             assert!(d >= min / 2 && d < max.mul_f64(1.5), "{d:?}");
         }
         assert_eq!(b.next, max);
+    }
+
+    #[test]
+    fn a_backstop_undone_brings_the_pauses_back_under_the_maximum() {
+        let max = Duration::from_millis(10);
+        let mut b = Backoff::new(Duration::from_millis(1), max);
+        b.backstop(Duration::from_secs(2));
+        for _ in 0..20 {
+            b.step();
+        }
+        assert_eq!(b.next, Duration::from_secs(2));
+        b.stretch(Duration::from_secs(30));
+        b.unbackstop();
+        for _ in 0..20 {
+            let d = b.step();
+            assert!(d < max.mul_f64(1.5), "{d:?}");
+        }
     }
 
     #[test]

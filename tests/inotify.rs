@@ -49,6 +49,38 @@ fn waits_on_many_directories_and_from_many_threads_keep_few_inotify_instances() 
     let base = tempfile::tempdir().expect("tempdir");
     let before = inotify_instances();
 
+    // A wait on one file (here `.master_lock`) uses the waiting thread's own instance
+    // and no other: a herd of 64 waiting processes must not need 128, the default
+    // limit of a user.
+    let dir = base.path().join("one");
+    std::fs::create_dir(&dir).expect("mkdir");
+    let lock = DirLock::new(&dir).expect("DirLock::new");
+    let held = lock.write().expect("write");
+    let (done_tx, done_rx) = mpsc::channel();
+    let (end_tx, end_rx) = crossbeam_channel::bounded::<()>(0);
+    let waiter = {
+        let lock = lock.clone();
+        std::thread::spawn(move || {
+            let waited = lock.try_write_for(Duration::from_millis(30)).map(drop);
+            done_tx.send(waited).expect("report");
+            // Alive, with the instance it kept, until the count is taken.
+            let _ = end_rx.recv();
+        })
+    };
+    let waited = done_rx.recv().expect("the waiter's report");
+    assert!(
+        matches!(waited, Err(Error::TimedOut { .. })),
+        "the lock was held: {waited:?}"
+    );
+    let one_wait = inotify_instances() - before;
+    drop(end_tx);
+    waiter.join().expect("the waiter");
+    drop(held);
+    assert_eq!(
+        one_wait, 1,
+        "inotify instances of a process whose one thread waited on one file"
+    );
+
     // One wait on each of 24 directories, each from a thread that then ends (its own
     // instance goes with it): the watchers of the directories no one waits on any more
     // are let go of beyond the last few.

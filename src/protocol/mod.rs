@@ -288,6 +288,13 @@ impl<'a> Attempt<'a> {
         loop {
             let removed = self.wait(renew, keep).await?;
             self.pauses = self.pauses.saturating_add(1);
+            if self.wake.as_ref().is_some_and(Subscription::dead) {
+                // No event will come (no inotify instance could be made, or the
+                // directory went away): poll as without a subscription, not at the
+                // backstop's long pauses.
+                self.wake = None;
+                self.backoff.unbackstop();
+            }
             // A pause that ran out while both the file waited for and its owner's exit
             // were watched (`Subscription::covered`) saw nothing a look would judge: it
             // sleeps on without one, and looks anyway once `COVERED_BACKSTOP` × the
@@ -366,7 +373,8 @@ impl<'a> Attempt<'a> {
     }
 
     /// Subscribes to the state directory's changes, unless this attempt may not sleep
-    /// (`try_*`) or has done so already; whether a subscription was made. A caller that
+    /// (`try_*`) or has done so already; whether a subscription was made (it can turn
+    /// [dead](Subscription::dead) at its first wait, which then polls). A caller that
     /// expects to wait subscribes before its first look, which then needs no second
     /// look after the subscription (see [`Attempt::sleep`]).
     fn subscribe(&mut self) -> bool {
@@ -374,14 +382,13 @@ impl<'a> Attempt<'a> {
             return false;
         }
         self.subscribed = true;
-        self.wake = notify::subscribe_to(self.sd.fd().as_fd(), self.sd.id());
-        if let Some(w) = &self.wake {
-            // A reader's waits on one file wake when the file is deleted, after the
-            // `unlink` has left the state directory's lock: a herd of readers then does
-            // not queue up on that lock behind the releasing writer (`notify`).
-            w.quiet(self.want == Kind::Read);
-        }
-        if self.wake.is_some() && !self.sd.is_remote() {
+        let w = notify::subscribe_to(self.sd.fd().as_fd(), self.sd.id());
+        // A reader's waits on one file wake when the file is deleted, after the
+        // `unlink` has left the state directory's lock: a herd of readers then does not
+        // queue up on that lock behind the releasing writer (`notify`).
+        w.quiet(self.want == Kind::Read);
+        self.wake = Some(w);
+        if !self.sd.is_remote() {
             // Locally every change makes an event; the poll only backs up what makes
             // none (a holder's death or its lease running out), and a long wait may
             // poll far less. Short waits poll as before: their first pauses stay short,
@@ -391,7 +398,7 @@ impl<'a> Attempt<'a> {
             self.backoff
                 .backstop(max.saturating_mul(crate::config::EVENT_BACKSTOP));
         }
-        self.wake.is_some()
+        true
     }
 
     /// [`Attempt::sleep`], or the error for giving up ([`Attempt::give_up`]) when the
@@ -1268,6 +1275,39 @@ mod tests {
             });
             self.listings()
         }
+    }
+
+    /// Where no inotify instance can be made (the user's `max_user_instances` taken),
+    /// the subscription turns dead at the first wait and the waiter polls at its poll
+    /// interval, not at the long pauses of a wait that events would end. Here the
+    /// interval is at most 10 ms (15 with jitter) and the events' backstop 20 × that:
+    /// over 800 ms a waiter that polls lists the directory about 90 times here; one that
+    /// kept the backstop's pauses (200 ms) about 14.
+    #[test]
+    fn a_wait_without_inotify_instances_polls() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let lk = crate::DirLock::builder(dir.path())
+            .poll_interval(Duration::from_millis(1), Duration::from_millis(10))
+            .build()
+            .expect("lock");
+        let held = lk.write().expect("write");
+        let listings = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let waiter = {
+            let (lk, listings) = (lk.clone(), std::sync::Arc::clone(&listings));
+            std::thread::spawn(move || {
+                crate::notify::NO_INSTANCES.with(|n| n.set(true));
+                crate::fsops::LISTINGS_SHARED.with(|s| *s.borrow_mut() = Some(listings));
+                lk.try_write_for(Duration::from_millis(800)).map(drop)
+            })
+        };
+        let waited = waiter.join().expect("the waiter");
+        drop(held);
+        assert!(
+            matches!(waited, Err(Error::TimedOut { .. })),
+            "the lock was held: {waited:?}"
+        );
+        let n = listings.load(Ordering::SeqCst);
+        assert!(n >= 30, "{n} listings in 800 ms: the waiter did not poll");
     }
 
     /// V8 and V9 (docs/protocol-notes.md): one wake-up per grant. Writer B waits for
