@@ -37,7 +37,9 @@
 //! other process, when that file goes: a hand-off between queued writers wakes two
 //! processes however many wait. A `futimens` (a renewal, the grant's touch) raises
 //! `IN_ATTRIB` too; one `fstatat` of the name tells it from a removal, and the waiter
-//! sleeps on.
+//! sleeps on. The name is looked at once more right after the watch is made: a file removed
+//! while its watch was being made can leave a watch that never reports
+//! ([`Subscription::still_there`]).
 //!
 //! Instances are a per-user resource (`fs.inotify.max_user_instances`, 128 by default,
 //! shared by every program of the user), so a process makes them only when a wait needs
@@ -563,6 +565,28 @@ impl Subscription<'_> {
     }
 
     /// The inode number at `name` in the state directory (not following a symlink).
+    /// Whether the name `name` in the state directory still holds inode `ino`, looked
+    /// at right after a watch of it was made: `Err(certain)` if not (`certain`: the name
+    /// is absent).
+    ///
+    /// A watch made while the file is being removed can miss the removal for good. Seen
+    /// on Linux 6.18 (tmpfs, four writer processes looping on one directory: about one
+    /// 15 s run in three wedged): `inotify_add_watch` returned a watch of the file, the
+    /// file was unlinked about then, and the watch was gone from the instance with no
+    /// event queued, so the waiter slept until its pause ran out; every writer behind it
+    /// waited for it, for seconds, once up to the 45 s lease. Presumably the kernel
+    /// reported the inode's deletion (`IN_DELETE_SELF`, then dropping its watches)
+    /// between the watch's lookup of the name and its attachment. A file whose name
+    /// still holds it after the watch was made reports its `unlink` to the watch, so one
+    /// look here closes that window.
+    fn still_there(&self, name: &str, ino: u64) -> Result<(), bool> {
+        match self.ino_of(name) {
+            Ok(i) if i == ino => Ok(()),
+            Ok(_) => Err(false),
+            Err(e) => Err(e == Errno::ENOENT),
+        }
+    }
+
     fn ino_of(&self, name: &str) -> nix::Result<u64> {
         nix::sys::stat::fstatat(self.dir, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
             .map(|st| st.st_ino)
@@ -617,6 +641,9 @@ thread_local! {
     /// For tests: no instance can be made on this thread, as when the user's
     /// `max_user_instances` are all taken.
     pub(crate) static NO_INSTANCES: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// For tests: the next watch of one file this thread makes loses its file as it is
+    /// made, with no event (see `Subscription::still_there`).
+    static LOSE_WATCH: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 thread_local! {
@@ -796,12 +823,30 @@ impl Subscription<'_> {
                 if !self.quiet.load(Ordering::Relaxed) {
                     mask |= AddWatchFlags::IN_ATTRIB;
                 }
-                match inotify.add_watch(path.as_str(), mask) {
-                    Ok(wd) => (ino, wd),
+                let wd = match inotify.add_watch(path.as_str(), mask) {
+                    Ok(wd) => wd,
                     // Gone since the listing.
                     Err(Errno::ENOENT) => return Some(gone | Removed::GONE),
                     Err(_) => return None,
+                };
+                #[cfg(test)]
+                if LOSE_WATCH.with(|l| l.replace(false)) {
+                    // What the kernel did (`still_there`): the file went while the watch
+                    // was made, and the watch is gone with nothing queued.
+                    let _ = nix::unistd::unlinkat(
+                        self.dir,
+                        file.as_str(),
+                        nix::unistd::UnlinkatFlags::NoRemoveDir,
+                    );
+                    unwatch(inotify, wd);
                 }
+                // Look again now that the watch is made: the file may have gone while it
+                // was being made, and then no event need ever come (see `still_there`).
+                if let Err(certain) = self.still_there(&file, ino) {
+                    unwatch(inotify, wd);
+                    return Some(if certain { gone | Removed::GONE } else { gone });
+                }
+                (ino, wd)
             }
         };
         // The shared watch need not tell us anything meanwhile: it would only leave a
@@ -1138,7 +1183,14 @@ mod reactor {
             ) {
                 Ok(wd) => {
                     watches.entry(wd).or_insert((name, ino, 0)).2 += 1;
-                    Ok(Some(Watching { files: self, wd }))
+                    drop(watches);
+                    let watching = Watching { files: self, wd };
+                    // As a blocking wait: the file may have gone while the watch was
+                    // being made, and then no event need ever come (`still_there`).
+                    match sub.still_there(&file, ino) {
+                        Ok(()) => Ok(Some(watching)),
+                        Err(_) => Ok(None),
+                    }
                 }
                 // Gone since the listing.
                 Err(Errno::ENOENT) => Ok(None),
@@ -1887,6 +1939,27 @@ mod tests {
             "not made for the shared watch"
         );
         assert!(!sub.dead());
+    }
+
+    /// A file that goes while its watch is being made can take the watch with it and
+    /// report nothing (seen on Linux 6.18): the look after the watch ends the wait.
+    #[test]
+    fn a_file_gone_while_its_watch_was_made_ends_the_wait() {
+        let ahead = ".pending_lock-0e18a3fe-e080-418f-922d-b61347e980a6-1";
+        let (_dir, fd) = dir_with(&[ahead]);
+        let sub = subscribe(fd.as_fd()).expect("inotify available");
+        sub.forget();
+        let name = LockName::parse(ahead.as_bytes()).expect("a lock name");
+        sub.concerns(Interest::only(name), None);
+        LOSE_WATCH.with(|l| l.set(true));
+        let start = Instant::now();
+        let removed = sub.wait(Duration::from_secs(3));
+        assert_eq!(
+            removed,
+            Removed::OTHER | Removed::GONE,
+            "after {:?}",
+            start.elapsed()
+        );
     }
 
     /// A wake-up says what was removed, and `forget` drops what came before a listing.

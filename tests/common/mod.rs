@@ -666,6 +666,25 @@ impl Script {
                 _ => "err no write guard on top".to_string(),
             },
             "churn" => self.churn(),
+            // Writes back to back for the given time: the grants and the longest wait.
+            "write_loop" => {
+                let end = Instant::now() + ms();
+                let (mut grants, mut longest) = (0u64, Duration::ZERO);
+                while Instant::now() < end {
+                    let asked = Instant::now();
+                    match lock.write() {
+                        Ok(w) => {
+                            longest = longest.max(asked.elapsed());
+                            grants += 1;
+                            if let Err(e) = w.release() {
+                                return describe_err(&e);
+                            }
+                        }
+                        Err(e) => return describe_err(&e),
+                    }
+                }
+                format!("ok write_loop {grants} {}", longest.as_micros())
+            }
             // Leaves every lock file behind, as a crash would (without a signal).
             "exit" => std::process::exit(0),
             _ => format!("err unknown command `{line}`"),
