@@ -37,8 +37,8 @@
 //! other process, when that file goes: a hand-off between queued writers wakes two
 //! processes however many wait. A `futimens` (a renewal, the grant's touch) raises
 //! `IN_ATTRIB` too; one `fstatat` of the name tells it from a removal, and the waiter
-//! sleeps on. The name is looked at once more right after the watch is made: a file removed
-//! while its watch was being made can leave a watch that never reports
+//! sleeps on. The name is looked at once more right after the watch is made: a file
+//! removed while its watch was being made can leave a watch that never reports
 //! ([`Subscription::still_there`]).
 //!
 //! Instances are a per-user resource (`fs.inotify.max_user_instances`, 128 by default,
@@ -275,7 +275,7 @@ struct Watcher {
     /// instances of their own) never makes it: a waiting process then holds one
     /// instance, not two, of the user's 128.
     inotify: std::sync::OnceLock<Inotify>,
-    /// The process that made the instance: after a `fork` the child makes its own (it
+    /// The process that made the watcher: after a `fork` the child makes its own (it
     /// would otherwise read, and so take, the parent's events).
     pid: u32,
     /// Whether a thread is reading `inotify` now.
@@ -284,7 +284,8 @@ struct Watcher {
     /// When it was last subscribed to, in the order of [`USES`]: the watchers kept while
     /// idle are the ones used last (see [`evict_idle`]).
     used: AtomicU64,
-    /// The directory went away or reading failed: waits are plain sleeps.
+    /// No instance could be made, the directory went away, or reading failed: waits are
+    /// plain sleeps.
     dead: AtomicBool,
     /// Whether the directory is watched (`IN_DELETE`, `IN_DELETE_SELF`): only from the
     /// first wait that needs it, see [`Watcher::widen`].
@@ -564,7 +565,6 @@ impl Subscription<'_> {
         }
     }
 
-    /// The inode number at `name` in the state directory (not following a symlink).
     /// Whether the name `name` in the state directory still holds inode `ino`, looked
     /// at right after a watch of it was made: `Err(certain)` if not (`certain`: the name
     /// is absent).
@@ -587,6 +587,7 @@ impl Subscription<'_> {
         }
     }
 
+    /// The inode number at `name` in the state directory (not following a symlink).
     fn ino_of(&self, name: &str) -> nix::Result<u64> {
         nix::sys::stat::fstatat(self.dir, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
             .map(|st| st.st_ino)
