@@ -44,6 +44,40 @@ fn wait_once_from_another_thread(lock: &DirLock) {
     drop(held);
 }
 
+/// Holds a write lock on `lock` while `threads` threads each wait `wait` for it and time
+/// out; returns the inotify instances this process has open once they all have, while
+/// they are still alive (with whatever instance each kept).
+fn instances_of_waiters(lock: &DirLock, threads: usize, wait: Duration) -> usize {
+    let held = lock.write().expect("write");
+    let (done_tx, done_rx) = mpsc::channel();
+    let (end_tx, end_rx) = crossbeam_channel::bounded::<()>(0);
+    let threads: Vec<_> = (0..threads)
+        .map(|_| {
+            let (lock, done_tx, end_rx) = (lock.clone(), done_tx.clone(), end_rx.clone());
+            std::thread::spawn(move || {
+                let waited = lock.try_write_for(wait).map(drop);
+                done_tx.send(waited).expect("report");
+                // Alive, with whatever instance it kept, until the count is taken.
+                let _ = end_rx.recv();
+            })
+        })
+        .collect();
+    for _ in 0..threads.len() {
+        let waited = done_rx.recv().expect("a waiter's report");
+        assert!(
+            matches!(waited, Err(Error::TimedOut { .. })),
+            "the lock was held: {waited:?}"
+        );
+    }
+    let open = inotify_instances();
+    drop(end_tx);
+    for t in threads {
+        t.join().expect("a waiter");
+    }
+    drop(held);
+    open
+}
+
 #[test]
 fn waits_on_many_directories_and_from_many_threads_keep_few_inotify_instances() {
     let base = tempfile::tempdir().expect("tempdir");
@@ -55,27 +89,7 @@ fn waits_on_many_directories_and_from_many_threads_keep_few_inotify_instances() 
     let dir = base.path().join("one");
     std::fs::create_dir(&dir).expect("mkdir");
     let lock = DirLock::new(&dir).expect("DirLock::new");
-    let held = lock.write().expect("write");
-    let (done_tx, done_rx) = mpsc::channel();
-    let (end_tx, end_rx) = crossbeam_channel::bounded::<()>(0);
-    let waiter = {
-        let lock = lock.clone();
-        std::thread::spawn(move || {
-            let waited = lock.try_write_for(Duration::from_millis(30)).map(drop);
-            done_tx.send(waited).expect("report");
-            // Alive, with the instance it kept, until the count is taken.
-            let _ = end_rx.recv();
-        })
-    };
-    let waited = done_rx.recv().expect("the waiter's report");
-    assert!(
-        matches!(waited, Err(Error::TimedOut { .. })),
-        "the lock was held: {waited:?}"
-    );
-    let one_wait = inotify_instances() - before;
-    drop(end_tx);
-    waiter.join().expect("the waiter");
-    drop(held);
+    let one_wait = instances_of_waiters(&lock, 1, Duration::from_millis(30)) - before;
     assert_eq!(
         one_wait, 1,
         "inotify instances of a process whose one thread waited on one file"
@@ -103,33 +117,7 @@ fn waits_on_many_directories_and_from_many_threads_keep_few_inotify_instances() 
     let dir = base.path().join("shared");
     std::fs::create_dir(&dir).expect("mkdir");
     let lock = DirLock::new(&dir).expect("DirLock::new");
-    let held = lock.write().expect("write");
-    let (done_tx, done_rx) = mpsc::channel();
-    let (end_tx, end_rx) = crossbeam_channel::bounded::<()>(0);
-    let threads: Vec<_> = (0..24)
-        .map(|_| {
-            let (lock, done_tx, end_rx) = (lock.clone(), done_tx.clone(), end_rx.clone());
-            std::thread::spawn(move || {
-                let waited = lock.try_write_for(Duration::from_millis(200)).map(drop);
-                done_tx.send(waited).expect("report");
-                // Alive, with whatever instance it kept, until the count is taken.
-                let _ = end_rx.recv();
-            })
-        })
-        .collect();
-    for _ in 0..threads.len() {
-        let waited = done_rx.recv().expect("a waiter's report");
-        assert!(
-            matches!(waited, Err(Error::TimedOut { .. })),
-            "the lock was held: {waited:?}"
-        );
-    }
-    let with_threads = inotify_instances() - before;
-    drop(end_tx);
-    for t in threads {
-        t.join().expect("a waiter");
-    }
-    drop(held);
+    let with_threads = instances_of_waiters(&lock, 24, Duration::from_millis(200)) - before;
     // The shared directory's watcher, the idle ones kept, and the threads' own.
     let bound = 1 + IDLE_WATCHERS + OWN_INSTANCES;
     assert!(
