@@ -157,13 +157,61 @@ impl Holder {
     /// Serialises the record. The last line is a checksum of everything before it, so a
     /// record cut short (or grown) never parses. The on-disk format is not part of the
     /// API (see the crate docs' stability promise): for rwdir's own tests and fuzzing.
+    ///
+    /// Every file a process makes has the same lines up to `pgid` for its kind: they and
+    /// the checksum's state after them are made once per thread ([`Prefix`]), and only
+    /// the last three fields are written and summed for each file.
     #[doc(hidden)]
     pub fn format(&self) -> String {
         let mut s = String::with_capacity(320);
+        let made = PREFIXES.try_with(|kept| {
+            let mut kept = kept.borrow_mut();
+            let at = match kept.iter().position(|p| p.fits(self)) {
+                Some(at) => at,
+                None => {
+                    if kept.len() == PREFIXES_KEPT {
+                        kept.pop();
+                    }
+                    kept.insert(0, Prefix::of(self));
+                    0
+                }
+            };
+            s.push_str(&kept[at].text);
+            kept[at].sum
+        });
+        // A record made while the thread's locals are being destroyed (a guard dropped
+        // by another thread-local's destructor makes none, but a spare might): unkept.
+        let sum = made.unwrap_or_else(|_| {
+            self.write_prefix(&mut s);
+            fnv1a64_from(FNV_OFFSET, s.as_bytes())
+        });
+        let tail = s.len();
+        s.push_str("nonce ");
+        s.push_str(
+            self.nonce
+                .hyphenated()
+                .encode_lower(&mut Uuid::encode_buffer()),
+        );
+        s.push_str("\nsince_ns ");
+        push_decimal(&mut s, self.since_ns);
+        s.push_str("\nlease_ms ");
+        push_decimal(&mut s, self.lease_ms);
+        s.push('\n');
+        let sum = fnv1a64_from(sum, &s.as_bytes()[tail..]);
+        s.push_str("end ");
+        for shift in (0..16).rev() {
+            s.push(char::from(HEX[((sum >> (shift * 4)) & 0xf) as usize]));
+        }
+        s.push('\n');
+        s
+    }
+
+    /// The record's lines up to `pgid`: those that [`Prefix`] keeps.
+    fn write_prefix(&self, s: &mut String) {
         // Writing to a String cannot fail.
         let _ = write!(
             s,
-            "{MAGIC}\nkind {}\nhost {}\nboot_id {}\npidns {}\npid {}\nstart {}\npgid {}\nnonce {}\nsince_ns {}\nlease_ms {}\n",
+            "{MAGIC}\nkind {}\nhost {}\nboot_id {}\npidns {}\npid {}\nstart {}\npgid {}\n",
             self.kind,
             Sanitized(&self.host),
             Sanitized(&self.boot_id),
@@ -171,13 +219,7 @@ impl Holder {
             self.pid,
             self.start,
             self.pgid,
-            self.nonce.hyphenated(),
-            self.since_ns,
-            self.lease_ms,
         );
-        let sum = fnv1a64(s.as_bytes());
-        let _ = writeln!(s, "end {sum:016x}");
-        s
     }
 
     /// Parses a record. Anything but a complete, well-formed record of a known version
@@ -274,12 +316,91 @@ impl std::fmt::Display for Sanitized<'_> {
 /// 64-bit FNV-1a. A checksum against torn and truncated records, not a defence against
 /// forgery (anyone who can write the directory can delete lock files anyway).
 fn fnv1a64(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    fnv1a64_from(FNV_OFFSET, bytes)
+}
+
+/// FNV-1a's starting state.
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// FNV-1a continued from the state `h`: the sum of a text is the sum of its tail
+/// continued from the state after its head.
+fn fnv1a64_from(mut h: u64, bytes: &[u8]) -> u64 {
     for &b in bytes {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
     h
+}
+
+/// Lower-case hexadecimal digits, for the checksum line.
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// Appends `n` in decimal, as `{n}` would, without the formatting machinery.
+fn push_decimal(s: &mut String, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        // `n % 10` is below 10.
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    s.extend(digits[at..].iter().map(|&d| char::from(d)));
+}
+
+/// How many record heads a thread keeps: one per kind it makes (a reader's, a writer's,
+/// a queued writer's...) for the pgid it uses, so a few.
+const PREFIXES_KEPT: usize = 4;
+
+thread_local! {
+    /// The record heads this thread made last, the latest made first.
+    static PREFIXES: std::cell::RefCell<Vec<Prefix>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The lines of a record up to `pgid` (written by [`Holder::write_prefix`]) and the
+/// checksum's state after them, with the fields they were made from.
+struct Prefix {
+    kind: Kind,
+    host: String,
+    boot_id: String,
+    pidns: u64,
+    pid: u32,
+    start: u64,
+    pgid: u32,
+    text: String,
+    sum: u64,
+}
+
+impl Prefix {
+    fn of(h: &Holder) -> Prefix {
+        let mut text = String::with_capacity(192);
+        h.write_prefix(&mut text);
+        Prefix {
+            kind: h.kind,
+            host: h.host.clone(),
+            boot_id: h.boot_id.clone(),
+            pidns: h.pidns,
+            pid: h.pid,
+            start: h.start,
+            pgid: h.pgid,
+            sum: fnv1a64(text.as_bytes()),
+            text,
+        }
+    }
+
+    /// Whether this head is the one `h`'s record starts with.
+    fn fits(&self, h: &Holder) -> bool {
+        self.kind == h.kind
+            && self.pid == h.pid
+            && self.pgid == h.pgid
+            && self.start == h.start
+            && self.pidns == h.pidns
+            && self.host == h.host
+            && self.boot_id == h.boot_id
+    }
 }
 
 #[cfg(test)]
@@ -305,6 +426,100 @@ mod tests {
     fn round_trip() {
         let h = sample();
         assert_eq!(Holder::parse(h.format().as_bytes()), Some(h));
+    }
+
+    /// The record as it was written before the heads were kept: every line formatted
+    /// for each file.
+    fn format_reference(h: &Holder) -> String {
+        let mut s = format!(
+            "{MAGIC}\nkind {}\nhost {}\nboot_id {}\npidns {}\npid {}\nstart {}\npgid {}\nnonce {}\nsince_ns {}\nlease_ms {}\n",
+            h.kind,
+            sanitize(&h.host),
+            sanitize(&h.boot_id),
+            h.pidns,
+            h.pid,
+            h.start,
+            h.pgid,
+            h.nonce.hyphenated(),
+            h.since_ns,
+            h.lease_ms,
+        );
+        let sum = fnv1a64(s.as_bytes());
+        s.push_str(&format!("end {sum:016x}\n"));
+        s
+    }
+
+    #[test]
+    fn a_record_is_the_same_whether_its_head_was_kept_or_made() {
+        let base = sample();
+        let mut holders = Vec::new();
+        for kind in [
+            Kind::Read,
+            Kind::Write,
+            Kind::Pending,
+            Kind::Break,
+            Kind::Token,
+        ] {
+            for (i, change) in (0..8).enumerate() {
+                let mut h = base.clone();
+                h.kind = kind;
+                h.nonce = Uuid::from_u128(i as u128 * 0x0123_4567_89ab_cdef_0011_2233_4455_6677);
+                h.since_ns = [0, 1, 9, 10, u64::MAX, 1_700_000_000_123_456_789][i % 6];
+                h.lease_ms = [0, 45_000, u64::MAX, 7][i % 4];
+                match change {
+                    1 => h.host = "a b\nc\u{e9}".into(),
+                    2 => h.boot_id = "h".repeat(300),
+                    3 => h.pidns = 1,
+                    4 => h.pid = u32::MAX,
+                    5 => h.start = 0,
+                    6 => h.pgid = 77,
+                    7 => h.host = String::new(),
+                    _ => {}
+                }
+                holders.push(h);
+            }
+        }
+        // Each right after the record of its kind with no field changed, whose head is
+        // then kept; twice over, and then backwards: heads made, kept, reused and
+        // dropped (more kinds and fields than a thread keeps).
+        let again = holders.iter().chain(&holders).chain(holders.iter().rev());
+        for h in again {
+            let plain = Holder {
+                kind: h.kind,
+                ..base.clone()
+            };
+            for h in [&plain, h] {
+                assert_eq!(h.format(), format_reference(h), "{h:?}");
+                let parsed = Holder::parse(h.format().as_bytes());
+                assert_eq!(parsed.map(|p| p.nonce), Some(h.nonce));
+            }
+        }
+        // On another thread, whose heads start empty.
+        let h = holders[9].clone();
+        let there = std::thread::spawn(move || h.format())
+            .join()
+            .expect("thread");
+        assert_eq!(there, format_reference(&holders[9]));
+    }
+
+    #[test]
+    fn decimals_are_written_as_display_writes_them() {
+        for n in [
+            0,
+            1,
+            9,
+            10,
+            99,
+            100,
+            12_345,
+            u64::from(u32::MAX),
+            u64::MAX - 1,
+            u64::MAX,
+        ] {
+            let mut s = String::from("x");
+            push_decimal(&mut s, n);
+            assert_eq!(s, format!("x{n}"));
+        }
     }
 
     #[test]
