@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use uuid::Uuid;
 
-use crate::names::{parse_u64, parse_uuid};
+use crate::names::{decimal, parse_u64, parse_uuid};
 
 /// The first line of every record; the number is the format version.
 const MAGIC: &str = "rwdir-holder 1";
@@ -336,19 +336,9 @@ fn fnv1a64_from(mut h: u64, bytes: &[u8]) -> u64 {
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
 /// Appends `n` in decimal, as `{n}` would, without the formatting machinery.
-fn push_decimal(s: &mut String, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        // `n % 10` is below 10.
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    s.extend(digits[at..].iter().map(|&d| char::from(d)));
+fn push_decimal(s: &mut String, n: u64) {
+    // Digits are ASCII: `from_utf8` cannot fail.
+    s.push_str(std::str::from_utf8(decimal(n, &mut [0; 20])).unwrap_or_default());
 }
 
 /// How many record heads a thread keeps: one per kind it makes (a reader's, a writer's,
@@ -504,18 +494,11 @@ mod tests {
 
     #[test]
     fn decimals_are_written_as_display_writes_them() {
-        for n in [
-            0,
-            1,
-            9,
-            10,
-            99,
-            100,
-            12_345,
-            u64::from(u32::MAX),
-            u64::MAX - 1,
-            u64::MAX,
-        ] {
+        // Every digit count, odd and even, at its edges, and the largest numbers.
+        let edges = (0..20)
+            .map(|k| 10u64.pow(k))
+            .flat_map(|p| [p - 1, p, p + 1, p.saturating_mul(3)]);
+        for n in edges.chain([12_345, u64::from(u32::MAX), u64::MAX - 1, u64::MAX]) {
             let mut s = String::from("x");
             push_decimal(&mut s, n);
             assert_eq!(s, format!("x{n}"));

@@ -56,37 +56,36 @@ impl LockName {
     /// canonical decimal, so that `parse(format(x)) == x` and every lock file has exactly
     /// one name.
     pub fn parse(name: &[u8]) -> Option<LockName> {
-        let name = std::str::from_utf8(name).ok()?;
-        if name == MASTER {
+        if name == MASTER.as_bytes() {
             return Some(LockName::Master);
         }
-        if let Some(rest) = name.strip_prefix(PENDING) {
-            let (uuid, ns) = split_at_checked(rest, 36)?;
-            let ns = ns.strip_prefix('-')?;
+        if let Some(rest) = name.strip_prefix(PENDING.as_bytes()) {
+            let (uuid, ns) = rest.split_at_checked(36)?;
+            let ns = ns.strip_prefix(b"-")?;
             return Some(LockName::Pending {
-                ns: parse_u64(ns)?,
-                uuid: parse_uuid(uuid)?,
+                ns: parse_u64_ascii(ns)?,
+                uuid: parse_uuid_ascii(uuid)?,
             });
         }
-        if let Some(rest) = name.strip_prefix(SLAVE) {
+        if let Some(rest) = name.strip_prefix(SLAVE.as_bytes()) {
             return Some(LockName::Slave {
-                uuid: parse_uuid(rest)?,
+                uuid: parse_uuid_ascii(rest)?,
             });
         }
-        if let Some(rest) = name.strip_prefix(BREAK) {
-            let (ns, uuid) = rest.split_once('-')?;
+        if let Some(rest) = name.strip_prefix(BREAK.as_bytes()) {
+            let at = rest.iter().position(|&b| b == b'-')?;
             return Some(LockName::Break {
-                ns: parse_u64(ns)?,
-                uuid: parse_uuid(uuid)?,
+                ns: parse_u64_ascii(&rest[..at])?,
+                uuid: parse_uuid_ascii(&rest[at + 1..])?,
             });
         }
-        if let Some(rest) = name.strip_prefix(TMP) {
+        if let Some(rest) = name.strip_prefix(TMP.as_bytes()) {
             return Some(LockName::Tmp {
-                uuid: parse_uuid(rest)?,
+                uuid: parse_uuid_ascii(rest)?,
             });
         }
-        if let Some(rest) = name.strip_prefix(TOKEN) {
-            return Some(LockName::Token(parse_u64(rest)?));
+        if let Some(rest) = name.strip_prefix(TOKEN.as_bytes()) {
+            return Some(LockName::Token(parse_u64_ascii(rest)?));
         }
         None
     }
@@ -113,36 +112,111 @@ impl LockName {
 }
 
 impl LockName {
-    /// The name as text, without an allocation: the system calls of an acquisition
-    /// name their file with it.
+    /// The name as text, without an allocation, and ending in a NUL: the system calls
+    /// of an acquisition name their file with it ([`NameText::as_cstr`]), as is.
     pub(crate) fn text(&self) -> NameText {
         let mut t = NameText {
-            buf: [0; NAME_MAX_LEN],
+            buf: [0; NAME_MAX_LEN + 1],
             len: 0,
         };
-        // Every name fits (`NAME_MAX_LEN`), so writing cannot fail.
-        let _ = std::fmt::Write::write_fmt(&mut t, format_args!("{self}"));
+        match *self {
+            LockName::Master => t.push(MASTER.as_bytes()),
+            LockName::Pending { ns, uuid } => {
+                t.push(PENDING.as_bytes());
+                t.push_uuid(uuid);
+                t.push(b"-");
+                t.push(decimal(ns, &mut [0; 20]));
+            }
+            LockName::Slave { uuid } => {
+                t.push(SLAVE.as_bytes());
+                t.push_uuid(uuid);
+            }
+            LockName::Break { ns, uuid } => {
+                t.push(BREAK.as_bytes());
+                t.push(decimal(ns, &mut [0; 20]));
+                t.push(b"-");
+                t.push_uuid(uuid);
+            }
+            LockName::Tmp { uuid } => {
+                t.push(TMP.as_bytes());
+                t.push_uuid(uuid);
+            }
+            LockName::Token(n) => {
+                t.push(TOKEN.as_bytes());
+                t.push(decimal(n, &mut [0; 20]));
+            }
+        }
         t
     }
+}
+
+/// `n` in decimal, as `{n}` writes it, in `buf`: two digits per division.
+pub(crate) fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+        2021222324252627282930313233343536373839\
+        4041424344454647484950515253545556575859\
+        6061626364656667686970717273747576777879\
+        8081828384858687888990919293949596979899";
+    let mut at = buf.len();
+    while n >= 10 {
+        // Below 100: an index of a pair.
+        let pair = (n % 100) as usize * 2;
+        n /= 100;
+        at -= 2;
+        buf[at] = PAIRS[pair];
+        buf[at + 1] = PAIRS[pair + 1];
+        if n == 0 {
+            // `n` had an even number of digits.
+            return &buf[at..];
+        }
+    }
+    at -= 1;
+    // Below 10.
+    buf[at] = b'0' + n as u8;
+    &buf[at..]
 }
 
 /// The longest name: `.pending_lock-` (14), a uuid (36), `-` and a `u64` (20).
 const NAME_MAX_LEN: usize = 71;
 
-/// A [`LockName`] as text, on the stack ([`LockName::text`]).
+/// A [`LockName`] as text, on the stack ([`LockName::text`]), followed by a NUL.
 #[derive(Clone, Copy)]
 pub(crate) struct NameText {
-    buf: [u8; NAME_MAX_LEN],
+    /// The name, then zeros: `len` is at most `NAME_MAX_LEN`, so a NUL follows it.
+    buf: [u8; NAME_MAX_LEN + 1],
     len: usize,
 }
 
 impl NameText {
     /// The name.
     pub(crate) fn as_str(&self) -> &str {
-        // Only whole `&str`s are ever written into `buf` (`write_str`), so the bytes up to
+        // Only ASCII is ever written into `buf` (`LockName::text`), so the bytes up to
         // `len` are UTF-8; should that ever not hold, the name reads as empty, which no
         // system call accepts, rather than as something else.
         std::str::from_utf8(&self.buf[..self.len]).unwrap_or_default()
+    }
+
+    /// The name with its NUL, as system calls take it (nix passes a `&CStr` on as is,
+    /// where it copies a `&str` to add the NUL). Empty, as [`NameText::as_str`], should
+    /// the name ever hold a NUL of its own (it cannot).
+    pub(crate) fn as_cstr(&self) -> &std::ffi::CStr {
+        std::ffi::CStr::from_bytes_with_nul(&self.buf[..=self.len]).unwrap_or_default()
+    }
+
+    /// Appends `bytes`. Every name fits (`NAME_MAX_LEN`, checked by the tests at the
+    /// longest of each kind); anything that would not is left out.
+    fn push(&mut self, bytes: &[u8]) {
+        let end = self.len + bytes.len();
+        // `end` within `NAME_MAX_LEN`: the last byte of `buf` stays a NUL.
+        if let Some(dst) = self.buf[..NAME_MAX_LEN].get_mut(self.len..end) {
+            dst.copy_from_slice(bytes);
+            self.len = end;
+        }
+    }
+
+    fn push_uuid(&mut self, uuid: Uuid) {
+        let mut text = Uuid::encode_buffer();
+        self.push(uuid.hyphenated().encode_lower(&mut text).as_bytes());
     }
 }
 
@@ -153,54 +227,40 @@ impl std::ops::Deref for NameText {
     }
 }
 
-impl std::fmt::Write for NameText {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        let end = self.len + s.len();
-        let dst = self.buf.get_mut(self.len..end).ok_or(std::fmt::Error)?;
-        dst.copy_from_slice(s.as_bytes());
-        self.len = end;
-        Ok(())
-    }
-}
-
 impl std::fmt::Display for LockName {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            LockName::Master => f.write_str(MASTER),
-            LockName::Pending { ns, uuid } => write!(f, "{PENDING}{}-{ns}", uuid.hyphenated()),
-            LockName::Slave { uuid } => write!(f, "{SLAVE}{}", uuid.hyphenated()),
-            LockName::Break { ns, uuid } => write!(f, "{BREAK}{ns}-{}", uuid.hyphenated()),
-            LockName::Tmp { uuid } => write!(f, "{TMP}{}", uuid.hyphenated()),
-            LockName::Token(n) => write!(f, "{TOKEN}{n}"),
-        }
-    }
-}
-
-fn split_at_checked(s: &str, mid: usize) -> Option<(&str, &str)> {
-    if s.is_char_boundary(mid) && mid <= s.len() {
-        Some(s.split_at(mid))
-    } else {
-        None
+        f.write_str(&self.text())
     }
 }
 
 /// Canonical decimal: digits only, no leading zero unless the number is 0.
 pub(crate) fn parse_u64(s: &str) -> Option<u64> {
-    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) || (s.len() > 1 && s.starts_with('0'))
-    {
-        return None;
-    }
-    s.parse().ok()
+    parse_u64_ascii(s.as_bytes())
 }
 
-/// Lower-case hyphenated uuid only.
-pub(crate) fn parse_uuid(s: &str) -> Option<Uuid> {
-    if s.len() != 36 {
+/// [`parse_u64`] of bytes.
+fn parse_u64_ascii(s: &[u8]) -> Option<u64> {
+    if s.is_empty() || (s.len() > 1 && s[0] == b'0') {
         return None;
     }
-    let u = Uuid::try_parse(s).ok()?;
-    let mut canonical = [0; 36];
-    (u.hyphenated().encode_lower(&mut canonical) == s).then_some(u)
+    s.iter().try_fold(0u64, |n, &b| {
+        let digit = b.checked_sub(b'0').filter(|&d| d < 10)?;
+        n.checked_mul(10)?.checked_add(u64::from(digit))
+    })
+}
+
+/// Lower-case hyphenated uuid only, the only text that `{}` of a `Hyphenated` writes.
+pub(crate) fn parse_uuid(s: &str) -> Option<Uuid> {
+    parse_uuid_ascii(s.as_bytes())
+}
+
+/// [`parse_uuid`] of bytes. Of 36 bytes, `Uuid::try_parse_ascii` takes the hyphenated
+/// form only (hyphens after the 8th, 12th, 16th and 20th digit), in either case.
+fn parse_uuid_ascii(s: &[u8]) -> Option<Uuid> {
+    if s.len() != 36 || s.iter().any(u8::is_ascii_uppercase) {
+        return None;
+    }
+    Uuid::try_parse_ascii(s).ok()
 }
 
 #[cfg(test)]
@@ -219,7 +279,44 @@ mod tests {
             LockName::Token(u64::MAX),
             LockName::Token(0),
         ] {
-            assert_eq!(name.text().as_str(), name.to_string());
+            assert_eq!(name.text().as_str(), reference(&name));
+            assert_eq!(name.to_string(), reference(&name));
+            let with_nul = name.text().as_cstr().to_bytes_with_nul().to_vec();
+            assert_eq!(with_nul, format!("{}\0", reference(&name)).into_bytes());
+        }
+    }
+
+    /// The names as `Display` wrote them before `LockName::text` wrote them itself.
+    fn reference(name: &LockName) -> String {
+        match name {
+            LockName::Master => MASTER.to_string(),
+            LockName::Pending { ns, uuid } => format!("{PENDING}{}-{ns}", uuid.hyphenated()),
+            LockName::Slave { uuid } => format!("{SLAVE}{}", uuid.hyphenated()),
+            LockName::Break { ns, uuid } => format!("{BREAK}{ns}-{}", uuid.hyphenated()),
+            LockName::Tmp { uuid } => format!("{TMP}{}", uuid.hyphenated()),
+            LockName::Token(n) => format!("{TOKEN}{n}"),
+        }
+    }
+
+    #[test]
+    fn names_of_every_kind_are_written_as_display_wrote_them() {
+        let uuids = [
+            Uuid::nil(),
+            Uuid::from_u128(0x0123_4567_89ab_cdef_fedc_ba98_7654_3210),
+        ];
+        for uuid in uuids {
+            for ns in [0, 1, 9, 10, 1_700_000_000_123_456_789, u64::MAX] {
+                for name in [
+                    LockName::Pending { ns, uuid },
+                    LockName::Slave { uuid },
+                    LockName::Break { ns, uuid },
+                    LockName::Tmp { uuid },
+                    LockName::Token(ns),
+                ] {
+                    assert_eq!(name.text().as_str(), reference(&name));
+                    assert_eq!(LockName::parse(name.text().as_bytes()), Some(name));
+                }
+            }
         }
     }
 
@@ -284,6 +381,10 @@ mod tests {
             format!(".pending_lock-{u}1"),
             format!(".slave_lock-{}", u.to_uppercase()),
             format!(".slave_lock-{}", u.replace('-', "")),
+            format!(".slave_lock-{}", u.replacen('a', "A", 1)),
+            ".slave_lock-0a1b2c3d0-000-4000-8000-000000000001".to_string(),
+            ".slave_lock-0a1b2c3d-0000-4000-8000-00000000000g".to_string(),
+            format!(".slave_lock-{{{}}}", &u[1..35]),
             format!(".slave_lock-{u}.bak"),
             ".token-".to_string(),
             ".token-007".to_string(),

@@ -18,7 +18,7 @@ use super::read::AtName;
 use super::{FILE_MODE, StateDir};
 use crate::error::{IoResultExt, Result};
 use crate::holder::Holder;
-use crate::names::LockName;
+use crate::names::{LockName, NameText};
 use crate::sys::FileId;
 
 /// A lock file we created: its descriptor (for the heartbeat and ownership checks) and
@@ -145,7 +145,7 @@ impl StateDir {
     /// errors (`ENOSPC`, `EMFILE`, `EROFS`...) are real errors.
     pub(super) fn put_tmpfile(
         &self,
-        target: &str,
+        target: &NameText,
         holder: &Holder,
         spare: Option<Spare>,
         want_id: bool,
@@ -159,7 +159,7 @@ impl StateDir {
             Some(s) if s.written.as_ref().is_some_and(|(h, _)| h == holder) => (s.file, s.id),
             Some(mut s) => {
                 s.fill(holder.format().as_bytes())
-                    .at("write lock file", || self.path.join(target))?;
+                    .at("write lock file", || self.path.join(target.as_str()))?;
                 (s.file, s.id)
             }
             None => {
@@ -171,14 +171,14 @@ impl StateDir {
                     Err(e) => {
                         return Err(self.denied_create(
                             "create lock file",
-                            self.path.join(target),
+                            self.path.join(target.as_str()),
                             e,
                         ));
                     }
                 };
                 let mut file = std::fs::File::from(fd);
                 file.write_all(holder.format().as_bytes())
-                    .at("write lock file", || self.path.join(target))?;
+                    .at("write lock file", || self.path.join(target.as_str()))?;
                 // `.master_lock`'s release compares its name with this inode: asking now
                 // takes the `fstat` off the release, which a hand-off waits for.
                 let id = want_id
@@ -196,7 +196,7 @@ impl StateDir {
             Ok(()) => LinkResult::Linked(file.into(), id),
             Err(Errno::EEXIST) => LinkResult::Exists,
             Err(Errno::EPERM) => LinkResult::Perm,
-            Err(e) => LinkResult::Failed(e, self.path.join(target)),
+            Err(e) => LinkResult::Failed(e, self.path.join(target.as_str())),
         }))
     }
 
@@ -205,10 +205,16 @@ impl StateDir {
     pub(super) fn link_anonymous(
         &self,
         file: &std::fs::File,
-        target: &str,
+        target: &NameText,
     ) -> Option<nix::Result<()>> {
         if self.empty_path.load(Ordering::Relaxed) {
-            match linkat(file, "", &self.fd, target, AtFlags::AT_EMPTY_PATH) {
+            match linkat(
+                file,
+                c"",
+                &self.fd,
+                target.as_cstr(),
+                AtFlags::AT_EMPTY_PATH,
+            ) {
                 // Refused without the capability (before Linux 6.10, or the file was not
                 // opened with our credentials): ENOENT. Should the state directory itself
                 // be gone, the path below says ENOENT too, and that is reported.
@@ -223,7 +229,7 @@ impl StateDir {
             AT_FDCWD,
             proc_path.as_str(),
             &self.fd,
-            target,
+            target.as_cstr(),
             AtFlags::AT_SYMLINK_FOLLOW,
         ) {
             Err(Errno::ENOENT) if !Path::new("/proc/self/fd").exists() => None,
@@ -232,7 +238,7 @@ impl StateDir {
     }
 
     /// Temp file + `link` + `unlink` (the portable `put`).
-    pub(super) fn put_linked(&self, target: &str, content: &[u8]) -> Result<LinkResult> {
+    pub(super) fn put_linked(&self, target: &NameText, content: &[u8]) -> Result<LinkResult> {
         let tmp = LockName::Tmp {
             uuid: Uuid::new_v4(),
         }
@@ -247,7 +253,13 @@ impl StateDir {
         let mut file = std::fs::File::from(fd);
         let written = file.write_all(content);
         let linked = match written {
-            Ok(()) => linkat(&self.fd, tmp.as_str(), &self.fd, target, AtFlags::empty()),
+            Ok(()) => linkat(
+                &self.fd,
+                tmp.as_str(),
+                &self.fd,
+                target.as_cstr(),
+                AtFlags::empty(),
+            ),
             Err(_) => Ok(()),
         };
         // The temporary name has no meaning for the protocol: remove it whatever happened.
@@ -257,7 +269,7 @@ impl StateDir {
             Ok(()) => LinkResult::Linked(file.into(), None),
             Err(Errno::EEXIST) => LinkResult::Exists,
             Err(Errno::EPERM) => LinkResult::Perm,
-            Err(e) => LinkResult::Failed(e, self.path.join(target)),
+            Err(e) => LinkResult::Failed(e, self.path.join(target.as_str())),
         })
     }
 
@@ -290,22 +302,26 @@ impl StateDir {
     }
 
     /// Fallback for filesystems without hard links: `O_CREAT|O_EXCL` on the name itself.
-    pub(super) fn put_direct(&self, target: &str, holder: &Holder) -> Result<Option<Created>> {
+    pub(super) fn put_direct(&self, target: &NameText, holder: &Holder) -> Result<Option<Created>> {
         let fd = match openat(
             &self.fd,
-            target,
+            target.as_cstr(),
             OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
             Mode::from_bits_truncate(FILE_MODE),
         ) {
             Ok(fd) => fd,
             Err(Errno::EEXIST | Errno::EPERM) => return Ok(None),
             Err(e) => {
-                return Err(self.denied_create("create lock file", self.path.join(target), e));
+                return Err(self.denied_create(
+                    "create lock file",
+                    self.path.join(target.as_str()),
+                    e,
+                ));
             }
         };
         let mut file = std::fs::File::from(fd);
         file.write_all(holder.format().as_bytes())
-            .at("write lock file", || self.path.join(target))?;
+            .at("write lock file", || self.path.join(target.as_str()))?;
         Ok(Some(Created {
             fd: file.into(),
             id: None,

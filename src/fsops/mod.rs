@@ -329,7 +329,11 @@ impl StateDir {
             }
         });
         !matches!(
-            fstatat(&self.fd, name.text().as_str(), AtFlags::AT_SYMLINK_NOFOLLOW),
+            fstatat(
+                &self.fd,
+                name.text().as_cstr(),
+                AtFlags::AT_SYMLINK_NOFOLLOW
+            ),
             Err(Errno::ENOENT | Errno::ENOTDIR)
         )
     }
@@ -453,11 +457,11 @@ impl StateDir {
     /// is removed only if it is empty.
     pub(crate) fn unlink(&self, name: &LockName) -> Result<bool> {
         let target = name.text();
-        match unlinkat(&self.fd, target.as_str(), UnlinkatFlags::NoRemoveDir) {
+        match unlinkat(&self.fd, target.as_cstr(), UnlinkatFlags::NoRemoveDir) {
             Ok(()) => Ok(true),
             Err(Errno::ENOENT) => Ok(false),
             Err(Errno::EISDIR) => {
-                match unlinkat(&self.fd, target.as_str(), UnlinkatFlags::RemoveDir) {
+                match unlinkat(&self.fd, target.as_cstr(), UnlinkatFlags::RemoveDir) {
                     Ok(()) => Ok(true),
                     Err(Errno::ENOENT) => Ok(false),
                     Err(e) => Err(self.denied_remove("remove directory at lock name", name, e)),
@@ -508,9 +512,9 @@ impl StateDir {
         let (from, to) = (LockName::Token(from).text(), LockName::Token(to).text());
         match renameat2(
             &self.fd,
-            from.as_str(),
+            from.as_cstr(),
             &self.fd,
-            to.as_str(),
+            to.as_cstr(),
             RenameFlags::RENAME_NOREPLACE,
         ) {
             Ok(()) => Renamed::Done,

@@ -61,7 +61,11 @@ impl StateDir {
 
     /// Local filesystems: whether `name` in the directory we have open is the inode `id`.
     pub(super) fn name_is(&self, name: &LockName, id: FileId) -> Result<bool> {
-        match fstatat(&self.fd, name.text().as_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+        match fstatat(
+            &self.fd,
+            name.text().as_cstr(),
+            AtFlags::AT_SYMLINK_NOFOLLOW,
+        ) {
             Ok(st) => Ok(FileId::of(&st) == id),
             Err(Errno::ENOENT) => Ok(false),
             Err(e) => Err(e).at("inspect lock file", || self.path_of(name)),
@@ -76,7 +80,11 @@ impl StateDir {
         if own.st_nlink == 0 {
             return Ok(false);
         }
-        match fstatat(&self.fd, name.text().as_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+        match fstatat(
+            &self.fd,
+            name.text().as_cstr(),
+            AtFlags::AT_SYMLINK_NOFOLLOW,
+        ) {
             Ok(st) => Ok(st.st_dev == own.st_dev && st.st_ino == own.st_ino),
             Err(Errno::ENOENT) => Ok(false),
             Err(e) => Err(e).at("inspect lock file", || self.path_of(name)),
