@@ -35,8 +35,10 @@ impl Deadline {
 /// that pause blocks the thread itself, so the future is ready at its first poll: the
 /// blocking API pays one poll and no allocation for being async underneath. Should a
 /// future ever return `Pending` here, the thread parks until it is woken.
-pub(crate) fn block_on<F: Future>(f: F) -> F::Output {
-    let mut f = std::pin::pin!(f);
+///
+/// The future comes pinned where its caller made it (`block_on(pin!(...))`): an
+/// acquisition's future is a few kilobytes, and taking it by value copied it twice.
+pub(crate) fn block_on<F: Future>(mut f: std::pin::Pin<&mut F>) -> F::Output {
     if let Poll::Ready(v) = f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
         return v;
     }

@@ -44,7 +44,7 @@ pub(crate) fn cleanup(sd: &StateDir, cfg: &Config, dry_run: bool) -> Result<Vec<
             Mode::Blocking,
         );
         let broken = dry_run
-            || match block_on(break_master(&mut at, &[])) {
+            || match block_on(std::pin::pin!(break_master(&mut at, &[]))) {
                 Ok(broken) => broken,
                 // Another live breaker kept it busy (B0, B2): that one removes the file.
                 // This call removed nothing, which is not a failure of cleanup.

@@ -4,6 +4,7 @@
 
 use std::cell::Cell;
 use std::os::fd::{AsFd, OwnedFd};
+use std::pin::pin;
 #[cfg(test)]
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -554,7 +555,7 @@ pub(crate) fn now_ns() -> u64 {
 
 /// Read-acquire, R1–R3, on the calling thread.
 pub(crate) fn read(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<Own> {
-    block_on(read_in(sd, cfg, deadline, Mode::Blocking))
+    block_on(pin!(read_in(sd, cfg, deadline, Mode::Blocking)))
 }
 
 /// Read-acquire, R1–R3, waiting as `mode` says.
@@ -694,7 +695,7 @@ async fn look_before_announcing(at: &mut Attempt<'_>) -> Result<()> {
 /// Write-acquire, W1–W6, on the calling thread. Returns our `.master_lock` and the
 /// fencing token.
 pub(crate) fn write(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<(Own, u64)> {
-    block_on(write_in(sd, cfg, deadline, Mode::Blocking))
+    block_on(pin!(write_in(sd, cfg, deadline, Mode::Blocking)))
 }
 
 /// Write-acquire, W1–W6, waiting as `mode` says.
@@ -1806,7 +1807,7 @@ mod tests {
             .expect("put")
             .expect(".master_lock is free");
         let (own, token) =
-            block_on(enter(&mut writer, master, Some(pending), (4, true))).expect("enter");
+            block_on(pin!(enter(&mut writer, master, Some(pending), (4, true)))).expect("enter");
         assert_eq!(token, if renames { 11 } else { 10 });
         // T4 removed the lower tokens, the stale one included.
         assert_eq!(sd.list().expect("list").tokens, vec![token]);
