@@ -179,8 +179,8 @@ impl Holder {
             s.push_str(&kept[at].text);
             kept[at].sum
         });
-        // A record made while the thread's locals are being destroyed (a guard dropped
-        // by another thread-local's destructor makes none, but a spare might): unkept.
+        // This thread's locals are already destroyed (a record made by another
+        // thread-local's destructor): the head is made for this record alone.
         let sum = made.unwrap_or_else(|_| {
             self.write_prefix(&mut s);
             fnv1a64_from(FNV_OFFSET, s.as_bytes())
