@@ -259,6 +259,8 @@ def build(a):
     if fixed and K:
         w(f"bit  T[{K + 1}];            /* .token-<k>, k = 1..{K} */")
         w("byte gmax;              /* monitor: highest token granted (passed T3) so far */")
+        if a.v14 != "off":
+            w("byte glast;             /* V14 monitor: owner code of the writer that entered last */")
 
     # queue inlines
     w(f"""
@@ -473,6 +475,7 @@ inline qremove(o) {{
                  + (f"assert(M == {O}); " if LM and a.own_entry else "")
                  + (f"if :: M == {O} -> Mst = 0 :: else fi; " if LM and a.touch_grant else "")
                  + (f"hb[{me}] = 1; " if HB and a.touch_grant else "")
+                 + (f"glast = {O}; " if fixed and K and a.v14 != "off" else "")
                  + f"nwcs++; st[{me}] = CS; {bitclear_all(me)}; " + P(me, "{msg}: ENTER (write)") + " }")
         giveup_tail = f"st[{me}] = IDLE; {bitclear_all(me)}; " + (f"ahead[{me}] = 0; " if a.fifo else "")
 
@@ -489,6 +492,66 @@ inline qremove(o) {{
                     f"   d_step {{ {chk}M = 0; Mst = 0; {then}" + P(me, why + ": unlink .master_lock") + " }",
                     f":: d_step {{ M != {O} -> {then}" + P(me, why + ": .master_lock is not mine: leave it") + " }",
                     "fi"]
+        def lazy_token(me, O):
+            """V14 (lazy fencing token): no W4 before the grant; a holder that asks for its token,
+            at any point while inside (or never), runs T1 (a listing), T2, T3 (a listing: a higher
+            token means a later grant took one: lock lost), then checks that .master_lock is still
+            its own (W6's check, a step of its own), and only then is handed the token; T4 after.
+            A holder that finds the lock lost hands out nothing and goes on to W8 (which leaves a
+            .master_lock that is not its own in place).  Monitor: at the hand-out, the holder is the
+            writer that entered last (no grant since its own) and its token is above every token
+            handed out before.  mutant nocheck: no ownership check."""
+            if not (fixed and K and a.v14 != "off"):
+                return
+            v4me = a.v4 and (not a.v4_mixed or me == 0)
+            higher = " || ".join(f"(T[{k}] && {k} > tok)" for k in range(1, K + 1))
+            hand = (f"assert(glast == {O}); assert(tok > gmax); gmax = tok; "
+                    + ("assert(0); " if a.v14_probe == "handout" else ""))
+            w("    if")
+            w("    :: skip   /* V14: never asks for its token */")
+            w("    :: true ->")
+            w("Wltok:")
+            w("       skip;")
+            w(f"       d_step {{ hj = {K}; do :: hj > 0 && !T[hj] -> hj-- :: else -> break od; tok = hj; hj = 0; "
+              + "assert(tok >= gmax); " + P(me, "V14 token(): T1: highest .token-k is k = %d", "tok") + " };")
+            w("       if")
+            if not v4me:
+                w(f"       :: d_step {{ tok < {K} && !T[tok + 1] -> tok++; T[tok] = 1; " + P(me, "V14 T2: create .token-%d: ok", "tok") + " }")
+                w(f"       :: d_step {{ tok < {K} && T[tok + 1] -> tok = 0; " + P(me, "V14 T2: create .token: EEXIST") + " }; goto Wltok")
+            else:
+                w(f"       :: d_step {{ tok == 0 && !T[1] -> tok = 1; T[1] = 1; " + P(me, "V14 T2: create .token-1: ok") + " }")
+                w(f"       :: d_step {{ tok == 0 && T[1] -> " + P(me, "V14 T2: create .token-1: EEXIST") + " }; goto Wltok")
+                w(f"       :: d_step {{ tok > 0 && tok < {K} && T[tok + 1] -> tok = 0; "
+                  + P(me, "V14 renameat2(.token-n, .token-n+1, NOREPLACE): EEXIST") + " }; goto Wltok")
+                w(f"       :: d_step {{ tok > 0 && tok < {K} && !T[tok + 1] && !T[tok] -> tok = 0; "
+                  + P(me, "V14 renameat2(.token-n, .token-n+1, NOREPLACE): ENOENT") + " }; goto Wltok")
+                w(f"       :: d_step {{ tok > 0 && tok < {K} && !T[tok + 1] && T[tok] -> T[tok] = 0; tok++; T[tok] = 1; "
+                  + P(me, "V14 renameat2(.token-n, .token-%d, NOREPLACE): ok", "tok") + " }")
+            w(f"       :: d_step {{ tok >= {K} -> tok = 0; " + P(me, "V14: token space of the model exhausted: no token") + " }; goto Wlend")
+            w("       fi;")
+            if a.tok_lost:
+                w("       if")
+                w(f"       :: d_step {{ {higher} -> tok = 0; " + P(me, "V14 T3: a higher token exists: lock lost") + " }; goto Wlend")
+                w(f"       :: d_step {{ !({higher}) -> " + P(me, "V14 T3: no higher token") + " }")
+                w("       fi;")
+            else:
+                w(f"       d_step {{ assert(!({higher})); " + P(me, "V14 T3: no higher token") + " };")
+            if a.v14 == "nocheck":
+                w(f"       d_step {{ {hand}" + P(me, "V14 MUTANT: no ownership check: token %d handed out", "tok") + " };")
+            else:
+                w("       if")
+                w(f"       :: d_step {{ M == {O} -> {hand}" + P(me, "V14: .master_lock is still mine: token %d handed out", "tok") + " }")
+                w(f"       :: d_step {{ M != {O} -> tok = 0; " + P(me, "V14: .master_lock is not mine: lock lost, no token") + " }; goto Wlend")
+                w("       fi;")
+            if not a.v3:
+                w(f"       d_step {{ hj = 1; do :: hj < tok -> T[hj] = 0; hj++ :: else -> break od; hj = 0; tok = 0; "
+                  + P(me, "V14 T4: unlink every lower .token-k") + " }")
+            else:
+                w("       tok = 0")
+            w("    fi;")
+            w("Wlend:")
+            w("    skip;")
+
         w(f"\nactive proctype {name(me)}() {{")
         w("  " + locals_(False))
         w("endidle:\n  do\n  :: {")
@@ -636,7 +699,7 @@ inline qremove(o) {{
             v8_from = len(out)
             t4 = (f"d_step {{ hj = 1; do :: hj < tok -> T[hj] = 0; hj++ :: else -> break od; hj = 0; "
                   + P(me, "T4: unlink every .token-k with k < %d", "tok") + " }")
-            if K:
+            if K and a.v14 == "off":
                 w("Wtok:\n    skip;")
                 w(f"    d_step {{ hj = {K}; do :: hj > 0 && !T[hj] -> hj-- :: else -> break od; tok = hj; hj = 0; "
                   + "assert(tok >= gmax); " + P(me, "T1: highest .token-k is k = %d", "tok") + " };")
@@ -745,6 +808,7 @@ inline qremove(o) {{
                     w(f"    if :: d_step {{ !hb[{me}] -> hb[{me}] = 1; if :: M == {O} -> Mst = 0 :: else fi; "
                       + P(me, "heartbeat: touch .master_lock (own fd)") + " } :: skip fi;")
                 w(f"    ({leaves[me]});" if me in leaves else "    skip;")
+                lazy_token(me, O)
                 w("    " + "\n    ".join(unlink_master("W8 release", f"nwcs--; st[{me}] = IDLE; " + (f"hb[{me}] = 0; " if HB else ""),
                                                      checked=True)) + ";")
                 w("    goto endidle")
@@ -771,6 +835,7 @@ inline qremove(o) {{
                       + ("Wt4" if K and a.v3 else "endidle"))
                 w("    od;")
                 w("Wrel:")
+                lazy_token(me, O)
                 w(f"    skip; d_step {{ nwcs--; st[{me}] = IDLE; M = 0; " + P(me, "leave; unlink .master_lock") + " };")
                 if K and a.v3:
                     w("Wt4:\n    skip;")
@@ -1216,6 +1281,12 @@ def main():
     ap.add_argument("--tokens", type=int, default=0, metavar="K",
                     help="model the fencing token (§3.7) with token numbers 1..K; a writer that finds .token-K "
                          "releases and stops for good (bounds the number of write grants)")
+    ap.add_argument("--v14", choices=["off", "on", "nocheck"], default="off",
+                    help="variant V14 (lazy fencing token): no W4 before the grant; a holder allocates its token "
+                         "(T1-T3, then W6's ownership check, then T4) only if it asks, while inside. "
+                         "nocheck: a mutant without the ownership check")
+    ap.add_argument("--v14-probe", choices=["off", "handout"], default="off",
+                    help="assert(0) at a V14 hand-out, to show that it is reached")
     ap.add_argument("--v3", action="store_true",
                     help="variant V3: token housekeeping T4 at release, after unlinking .master_lock (needs --tokens)")
     ap.add_argument("--v4", action="store_true",
@@ -1244,6 +1315,8 @@ def main():
     ap.add_argument("-o", "--out", default="-")
     a = ap.parse_args()
     resolve_leases(ap, a)
+    if a.v14 != "off" and (not a.tokens or a.v12 != "off"):
+        ap.error("--v14 needs --tokens and cannot be combined with --v12")
     if (a.v4 or a.tok_lost) and not a.tokens:
         ap.error("--v4 and --tok-lost need --tokens K")
     if a.v5_probe != "off" and not a.v5:

@@ -425,6 +425,35 @@ CONFIGS += [
      f"--nw 2 {_TL} --v4 --v2 --v8 on --v12 on", "safety", "PASS", "f"),
 ]
 
+# V14 (lazy fencing token, docs/protocol-notes.md): no W4 before the grant; a holder that asks
+# for its token runs T1-T3 while inside, then W6's ownership check, and only then has it
+CONFIGS += [
+    ("V14L2", "pause: V14 (lazy token): tokens unique, growing, and only to the last writer granted (2W)",
+     f"--nw 2 {_TL} --v4 --v14 on", "safety", "PASS", "q"),
+    ("V14L3", "pause: V14: tokens unique, growing, and only to the last writer granted (3W)",
+     f"--nw 3 {_TL} --v4 --v14 on", "safety", "PASS", "f"),
+    ("V14L21", "pause: V14: tokens unique, growing, and only to the last writer granted (2W+1R)",
+     f"--nw 2 {_TL.replace('--nr 0', '--nr 1')} --v4 --v14 on", "safety", "PASS", "f"),
+    ("V146L2", "pause: V14 with the V6 fast path (2W)", f"--nw 2 {_TL} --v4 --v6 --v14 on", "safety", "PASS", "q"),
+    ("V146L3", "pause: V14 with the V6 fast path (3W)", f"--nw 3 {_TL} --v4 --v6 --v14 on", "safety", "PASS", "f"),
+    ("V14L2-Vw", "pause: V14 with the writer's shortcuts V2+V5+V6+V8+V9 (2W)",
+     f"--nw 2 {_TL} --v4 {_WV} --v14 on", "safety", "PASS", "q"),
+    ("V14L3-Vw", "pause: V14 with the writer's shortcuts V2+V5+V6+V8+V9 (3W)",
+     f"--nw 3 {_TL} --v4 {_WV} --v14 on", "safety", "PASS", "a"),
+    ("V14L2m", "pause: mutant V14 without the ownership check: a token for a writer whose lock was "
+     "taken over (2W)", f"--nw 2 {_TL} --v4 --v14 nocheck", "bfs", "FAIL", "q"),
+    ("V14p", "V14 probe: a hand-out of a lazy token is reached (must FAIL)",
+     "--nw 2 --nr 1 --crash 1 --tokens 4 --v4 --v14 on --v14-probe handout", "bfs", "FAIL", "q"),
+]
+for _b in ["F1", "F3", "F7", "F8", "MF1", "MF7"]:
+    _c = _BASE[_b]
+    CONFIGS.append((f"{_b}-V4-V14", f"{_c[1]}; tokens, V4, V14 (lazy token)", f"{_c[2]} --tokens 4 --v4 --v14 on",
+                    _c[3], "PASS", "q" if _b in ("F3", "F8") else "f"))
+for _b in ["F7", "F8", "MF7", "MF8"]:
+    _c = _BASE[_b]
+    CONFIGS.append((f"{_b}-Vw14", f"{_c[1]}; tokens, V4, V14 with the writer's shortcuts V2+V5+V6+V8+V9",
+                    f"{_c[2]} --tokens 4 --v4 {_WV} --v14 on", _c[3], "PASS", "q" if _b == "F8" else "f"))
+
 
 def sh(cmd, cwd, timeout=3600):
     t = time.time()
