@@ -499,7 +499,10 @@ mod worker {
                 None => None,
             };
             let waited = t0.elapsed();
-            let token = guard.as_ref().map_or(0, |g| g.token());
+            let token = match &guard {
+                Some(g) => g.token().map_err(|e| format!("restorer: {e}"))?,
+                None => 0,
+            };
             let t1 = Instant::now();
             let snapshot = dir.join("snapshots").join(format!("v{version}.snap"));
             let restored = restore(&snapshot, &data)?;

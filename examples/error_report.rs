@@ -18,7 +18,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         .ok_or("usage: error_report DIR")?;
     let lock = rwdir::DirLock::new(&dir)?;
     let guard = lock.try_write()?;
-    println!("write lock taken, fencing token {}", guard.token());
+    println!("write lock taken, fencing token {}", guard.token()?);
     guard.release()?;
     Ok(())
 }

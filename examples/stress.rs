@@ -577,7 +577,16 @@ pub fn worker_main(w: &Worker) -> Result<(), String> {
             }
             Err(e) => return Err(err(e)),
         };
-        log(&format!("E W {}", g.token()))?;
+        // The token is made when asked for (V14), while the lock is held.
+        let token = match g.token() {
+            Ok(token) => token,
+            Err(e @ Error::LockLost { .. }) => {
+                lost("write", e)?;
+                continue;
+            }
+            Err(e) => return Err(err(e)),
+        };
+        log(&format!("E W {token}"))?;
         std::thread::sleep(match w.hold {
             None => rng.micros(2_000),
             Some((min, max)) if rng.below(8) == 0 => rng.between(min, max),

@@ -212,6 +212,25 @@ impl Held {
         true
     }
 
+    /// V14 (docs/protocol-notes.md): the fencing token of this write grant, allocated now,
+    /// from `hint` (the highest token of the acquisition's last listing): T1–T3, then
+    /// [`Held::check`] (`.master_lock` is still ours: no grant came after ours), then
+    /// T4. A lock found lost on the way (a later grant's token, or `.master_lock` not ours
+    /// any more) is recorded as lost.
+    pub(crate) fn grant_token(&self, hint: protocol::TokenHint) -> Result<u64> {
+        if self.is_lost() {
+            return Err(self.lost_before());
+        }
+        let mut spent = Vec::new();
+        let token = protocol::grant_token(&self.sd, &self.cfg, hint, || self.check(), &mut spent);
+        self.spent.lock().append(&mut spent);
+        if let Err(Error::LockLost { reason, .. }) = &token {
+            let _ = self.why.set(reason.clone());
+            self.lost.store(true, Ordering::Release);
+        }
+        token
+    }
+
     /// The error for a lock found lost earlier.
     fn lost_before(&self) -> Error {
         match self.why.get() {
@@ -593,7 +612,8 @@ pub struct ReadGuard {
 
 /// An exclusive (write) lock on a directory. Released when dropped.
 ///
-/// Owned (no lifetime), `Send` and `Sync`. Carries the fencing token of this grant.
+/// Owned (no lifetime), `Send` and `Sync`. Gives the fencing token of this grant when
+/// asked ([`WriteGuard::token`]).
 ///
 /// # Examples
 ///
@@ -601,7 +621,7 @@ pub struct ReadGuard {
 /// let dir = tempfile::tempdir()?;
 /// let lock = rwdir::DirLock::new(dir.path())?;
 /// let guard = lock.write()?;
-/// println!("writing with fencing token {}", guard.token());
+/// println!("writing with fencing token {}", guard.token()?);
 /// guard.release()?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -610,8 +630,18 @@ pub struct ReadGuard {
 #[derive(Debug)]
 pub struct WriteGuard {
     held: Arc<Held>,
-    token: u64,
+    /// The fencing token once asked for; until then where its allocation starts.
+    token: Mutex<Fencing>,
     taken: Taken,
+}
+
+/// A write guard's fencing token (V14, docs/protocol-notes.md).
+#[derive(Debug, Clone, Copy)]
+enum Fencing {
+    /// Not asked for yet: the highest token of the acquisition's last listing.
+    Unasked(protocol::TokenHint),
+    /// Allocated.
+    Given(u64),
 }
 
 /// What each guard keeps of its own, whoever else shares its file.
@@ -683,11 +713,15 @@ guard_methods!(
 );
 
 impl WriteGuard {
-    /// The guard of `.master_lock` just granted with `token`; `by_thread` as for
-    /// [`ReadGuard::new`].
-    pub(crate) fn new(held: Arc<Held>, token: u64, by_thread: bool) -> WriteGuard {
+    /// The guard of `.master_lock` just granted, the acquisition's last listing having
+    /// shown `hint` as the highest token; `by_thread` as for [`ReadGuard::new`].
+    pub(crate) fn new(held: Arc<Held>, hint: protocol::TokenHint, by_thread: bool) -> WriteGuard {
         let taken = Taken::new(&held, by_thread);
-        WriteGuard { held, token, taken }
+        WriteGuard {
+            held,
+            token: Mutex::new(Fencing::Unasked(hint)),
+            taken,
+        }
     }
 
     /// Leaves the lock (W8).
@@ -697,30 +731,47 @@ impl WriteGuard {
     }
 
     /// The fencing token of this grant (docs/protocol.md §3.7): unique and strictly growing
-    /// over all write grants on this directory, even if two processes ever believe they
-    /// hold the lock. Not consecutive: an attempt that gives up after taking its token
-    /// (a timeout while readers drain, a `try_write` that finds readers) uses one up. It
-    /// protects only a resource that remembers the highest token it has seen and rejects
-    /// lower ones.
+    /// over the write grants on this directory that ask for one, even if two processes
+    /// ever believe they hold the lock. It protects only a resource that remembers the
+    /// highest token it has seen and rejects lower ones.
+    ///
+    /// Allocated the first time it is asked for, while the lock is held (V14 in
+    /// docs/protocol-notes.md: a `rename` of the last `.token-<n>`, a listing, and a check
+    /// that `.master_lock` is still this guard's), then kept: a write that never asks
+    /// makes no token file. So tokens are not consecutive, and a writer that asks late
+    /// still gets a token above that of every writer granted before it; the check makes
+    /// sure no writer was granted after it. The command asks before it starts COMMAND
+    /// (`RWDIR_TOKEN`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LockLost`] if the lock was lost before the token could be given (a later
+    /// grant exists: only after a lease was misjudged), and [`Error::TokensExhausted`] or
+    /// [`Error::Io`] for filesystem problems. A lost lock stays lost (see
+    /// [`WriteGuard::is_lost`]); after any other error, asking again tries again.
     ///
     /// # Examples
     ///
     /// ```
     /// let dir = tempfile::tempdir()?;
     /// let lock = rwdir::DirLock::new(dir.path())?;
-    /// let first = lock.write()?.token();
-    /// let second = lock.write()?.token();
-    /// assert!(second > first);
-    /// // A write that gives up while a reader (of another thread) holds the lock has
-    /// // used a token.
-    /// let reader = std::thread::scope(|s| s.spawn(|| lock.read()).join()).expect("thread")?;
-    /// assert!(lock.try_write().is_err());
-    /// drop(reader);
-    /// assert!(lock.write()?.token() > second + 1);
+    /// let w = lock.write()?;
+    /// let first = w.token()?;
+    /// assert_eq!(w.token()?, first, "one token per grant");
+    /// drop(w);
+    /// drop(lock.write()?); // asks for no token: makes none
+    /// assert_eq!(lock.write()?.token()?, first + 1);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn token(&self) -> u64 {
-        self.token
+    pub fn token(&self) -> Result<u64> {
+        let mut token = self.token.lock();
+        let hint = match *token {
+            Fencing::Given(n) => return Ok(n),
+            Fencing::Unasked(hint) => hint,
+        };
+        let n = self.held.grant_token(hint)?;
+        *token = Fencing::Given(n);
+        Ok(n)
     }
 
     /// Turns the write lock into a read lock without letting any other writer in: the

@@ -11,7 +11,7 @@
 //!     std::thread::scope(|s| assert!(s.spawn(|| lock.try_write()).join().is_ok_and(|w| w.is_err())));
 //! }
 //! let w = lock.write()?;
-//! assert!(w.token() >= 1); // the fencing token of this grant
+//! assert!(w.token()? >= 1); // the fencing token of this grant, made when asked for
 //! w.release()?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
@@ -29,16 +29,16 @@
 //!   on the same host (exact check by pid and process start time), after the lease for a
 //!   holder on another host or in another pid namespace.
 //! - **Undo.** A timed-out or `try_*` acquisition removes exactly the files it created.
-//! - **Fencing.** Every write grant carries a token ([`WriteGuard::token`]) that is
+//! - **Fencing.** A write grant gives a token when asked ([`WriteGuard::token`]) that is
 //!   unique and grows, even if a misjudged lease ever lets two writers in.
 //!
 //! # Protocol
 //!
 //! All state lives in `DIR/.rwdir/` (made on first use). A writer queues as
 //! `.pending_lock-<uuid>-<ns>`, waits until it is the oldest live queued writer and no
-//! `.master_lock` exists, creates `.master_lock` exclusively, leaves the queue, takes a
-//! fencing token `.token-<n>`, and waits for the readers' `.slave_lock-<uuid>` files to
-//! drain. A reader waits until there is neither a writer nor a queued writer, announces
+//! `.master_lock` exists, creates `.master_lock` exclusively, leaves the queue, and waits
+//! for the readers' `.slave_lock-<uuid>` files to drain; a fencing token `.token-<n>` is
+//! made if the holder asks for one. A reader waits until there is neither a writer nor a queued writer, announces
 //! itself with `.slave_lock-<uuid>`, and then looks again: if a writer appeared meanwhile
 //! it withdraws and waits.
 //!
@@ -49,8 +49,8 @@
 //!  R1 list: pending -> wait        |
 //!                                  <- put .master_lock (EXCL)  W2 oldest, no master
 //!                                  <- unlink .pending_lock     W3
-//!                                  <- put .token-n             W4 fencing token
 //!                                  list: no .slave_lock        W5 drain -> ENTER
+//!                                  <- put .token-n             W4, when the holder asks
 //!                                  <- unlink .master_lock      W8 release
 //!  R1 list: free                   |
 //!  R2 put .slave_lock-u ->         |

@@ -575,10 +575,10 @@ impl DirLock {
     fn acquire_write(&self, deadline: Deadline) -> Result<WriteGuard> {
         let sd = self.state()?;
         self.not_mine(&sd, Kind::Write)?;
-        let (own, token) = protocol::write(&sd, &self.cfg, deadline)?;
+        let (own, hint) = protocol::write(&sd, &self.cfg, deadline)?;
         Ok(WriteGuard::new(
             Held::new(sd, Arc::clone(&self.cfg), own),
-            token,
+            hint,
             true,
         ))
     }
@@ -737,7 +737,7 @@ impl DirLock {
     /// assert!(lock.status()?.pending.is_empty() && lock.status()?.writer.is_none());
     /// drop(r);
     /// let w = lock.write_async().await?;
-    /// println!("fencing token {}", w.token());
+    /// println!("fencing token {}", w.token()?);
     /// # Ok(())
     /// # }
     /// ```
@@ -745,11 +745,11 @@ impl DirLock {
     pub async fn write_async(&self) -> Result<WriteGuard> {
         let sd = self.state_async()?;
         tokio::task::consume_budget().await;
-        let (own, token) =
+        let (own, hint) =
             protocol::write_in(&sd, &self.cfg, Deadline::Never, protocol::Mode::Async).await?;
         Ok(WriteGuard::new(
             Held::new(sd, Arc::clone(&self.cfg), own),
-            token,
+            hint,
             false,
         ))
     }
@@ -852,9 +852,9 @@ impl DirLock {
     /// let dir = tempfile::tempdir()?;
     /// let lock = rwdir::DirLock::new(dir.path())?;
     /// let w = lock.write()?;
-    /// let first = w.token();
+    /// let first = w.token()?;
     /// drop(w);
-    /// assert!(lock.write()?.token() > first);
+    /// assert!(lock.write()?.token()? > first);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn write(&self) -> Result<WriteGuard> {

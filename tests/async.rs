@@ -408,7 +408,7 @@ async fn task_writer(lock: DirLock, t: Arc<Tally>, n: usize) {
     t.started.fetch_add(1, Ordering::SeqCst);
     match lock.write_async().await {
         Ok(g) => {
-            t.enter_write(n, g.token());
+            t.enter_write(n, g.token().expect("token"));
             // Held across a yield: the runtime runs others meanwhile.
             tokio::task::yield_now().await;
             t.leave_write();
@@ -721,7 +721,7 @@ fn thread_writer(lock: &DirLock, t: &Tally, n: usize) {
     t.started.fetch_add(1, Ordering::SeqCst);
     match lock.write() {
         Ok(g) => {
-            t.enter_write(n, g.token());
+            t.enter_write(n, g.token().expect("token"));
             std::thread::yield_now();
             t.leave_write();
             if let Err(e) = g.release() {
@@ -1410,7 +1410,7 @@ async fn mix_async_writer(m: Arc<Mix>, k: usize) -> Result<(), String> {
             Err(e) => return Err(format!("{id}: write_async: {e}")),
         };
         m.async_grants.fetch_add(1, Ordering::SeqCst);
-        m.log(&id, &format!("E W {}", g.token()));
+        m.log(&id, &format!("E W {}", g.token().expect("token")));
         tokio::time::sleep(m.hold(&mut long, &mut rng, 2_000)).await;
         if let Some(r) = m.leave_write(&id, g, &mut rng) {
             tokio::time::sleep(rng.micros(2_000)).await;
@@ -1473,7 +1473,7 @@ fn mix_thread_writer(m: &Mix, k: usize) -> Result<(), String> {
             Err(e) => return Err(format!("{id}: write: {e}")),
         };
         m.blocking_grants.fetch_add(1, Ordering::SeqCst);
-        m.log(&id, &format!("E W {}", g.token()));
+        m.log(&id, &format!("E W {}", g.token().expect("token")));
         std::thread::sleep(rng.micros(2_000));
         if let Some(r) = m.leave_write(&id, g, &mut rng) {
             std::thread::sleep(rng.micros(2_000));

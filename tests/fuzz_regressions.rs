@@ -101,7 +101,7 @@ fn max_token_error_names_the_file() {
     std::fs::write(&token, b"").expect("plant the token");
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
-        let _ = tx.send(lock.try_write().map(|g| g.token()));
+        let _ = tx.send(lock.try_write().and_then(|g| g.token()));
     });
     let err = rx
         .recv_timeout(Duration::from_secs(60))

@@ -426,7 +426,7 @@ fn foreign_names_are_ignored_and_never_removed() {
     let r = lk.try_read().expect("foreign files block nobody");
     drop(r);
     let w = lk.try_write().expect("foreign files block nobody");
-    assert_eq!(w.token(), 1, "`.token-007` is not a token");
+    assert_eq!(w.token().expect("token"), 1, "`.token-007` is not a token");
     let r = w.downgrade().expect("downgrade");
     drop(r);
     check("after read, write, downgrade");

@@ -105,7 +105,7 @@ fn writer_excludes_readers_and_writers() {
 
     w.ok("release");
     let g = lk.try_write().expect("free again after release");
-    assert!(g.token() > token);
+    assert!(g.token().expect("token") > token);
     drop(g);
     w.finish();
     b.finish();
@@ -284,7 +284,7 @@ fn downgrade_lets_no_waiting_writer_in_between() {
     );
     for round in 0..25 {
         let g = lk.write().expect("write");
-        let token = g.token();
+        let token = g.token().expect("token");
         common::log_event(&log, "T enter write");
         w.send("write");
         wait_until("W is queued", dir.path(), || {
@@ -354,6 +354,7 @@ fn release_reports_a_lost_lock_and_removes_nothing() {
 /// checks that `w`'s release reports the loss and leaves the successor's files alone.
 fn release_after_a_takeover(dir: &std::path::Path, lk: &DirLock, w: rwdir::WriteGuard) {
     let master = w.path();
+    let mine = w.token().expect("token");
     fs::remove_file(&master).expect("remove .master_lock behind its back");
     for e in fs::read_dir(state(dir)).expect("list").flatten() {
         if e.file_name()
@@ -365,7 +366,8 @@ fn release_after_a_takeover(dir: &std::path::Path, lk: &DirLock, w: rwdir::Write
     }
     let mut c = Child::spawn("C", dir);
     let t = Child::token_of(&c.ok("write"));
-    assert!(t > w.token());
+    assert!(t > mine);
+    assert_eq!(w.token().expect("kept"), mine, "a token once given is kept");
     let err = w.release().expect_err("not ours any more");
     assert!(matches!(err, Error::LockLost { .. }), "{err:?}");
     assert_eq!(err.path(), master);
@@ -410,6 +412,69 @@ fn a_writer_that_waited_also_releases_only_its_own_master() {
     assert_only_token(dir.path());
 }
 
+/// V14 (docs/protocol-notes.md): the token is made the first time the holder asks for it,
+/// then kept; a write that never asks leaves the token files as they were.
+#[test]
+fn a_token_is_made_only_when_asked_for() {
+    let dir = tempdir();
+    let lk = lock(dir.path());
+    let tokens = || -> Vec<String> {
+        fs::read_dir(state(dir.path()))
+            .expect("list")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(".token-"))
+            .collect()
+    };
+    drop(lk.write().expect("write"));
+    assert!(tokens().is_empty(), "no token asked for, none made");
+    let w = lk.write().expect("write");
+    assert_eq!(w.token().expect("token"), 1);
+    assert_eq!(w.token().expect("token"), 1, "asked again: the same one");
+    drop(w);
+    for _ in 0..3 {
+        lk.write().expect("write").release().expect("release");
+        lk.try_write().expect("write").release().expect("release");
+    }
+    assert_eq!(
+        tokens(),
+        [".token-1"],
+        "writes that did not ask changed nothing"
+    );
+    assert_eq!(lk.write().expect("write").token().expect("token"), 2);
+    assert_eq!(tokens(), [".token-2"]);
+}
+
+/// V14's check (W6 again after T2): a holder whose `.master_lock` was taken over by a
+/// writer that asked for no token gets no token. T3 alone finds no later token there.
+#[test]
+fn no_token_for_a_holder_whose_lock_was_taken_over() {
+    let dir = tempdir();
+    let lk = lock(dir.path());
+    assert_eq!(lk.write().expect("write").token().expect("token"), 1);
+    let w = lk.write().expect("write");
+    // A judge by lease would remove it this way (the holder paused past its lease).
+    fs::remove_file(w.path()).expect("remove .master_lock behind its back");
+    let (held, release) = (std::sync::mpsc::channel(), std::sync::mpsc::channel::<()>());
+    let other = {
+        let lk = lk.clone();
+        std::thread::spawn(move || {
+            let g = lk.write().expect("the successor's write");
+            held.0.send(()).expect("send");
+            release.1.recv().expect("recv");
+            g.release().expect("the successor's release");
+        })
+    };
+    held.1.recv().expect("the successor holds");
+    let err = w.token().expect_err("no token for a lost lock");
+    assert!(matches!(err, Error::LockLost { .. }), "{err:?}");
+    assert!(w.is_lost());
+    assert!(w.token().is_err(), "still lost");
+    assert!(w.release().is_err(), "the release reports the loss");
+    release.0.send(()).expect("send");
+    other.join().expect("join");
+    assert_eq!(lk.write().expect("write").token().expect("token"), 3);
+}
+
 #[test]
 fn fencing_tokens_strictly_grow() {
     let dir = tempdir();
@@ -421,7 +486,7 @@ fn fencing_tokens_strictly_grow() {
         match i % 3 {
             0 => {
                 let g = lk.write().expect("write");
-                tokens.push(g.token());
+                tokens.push(g.token().expect("token"));
                 // A downgrade keeps the grant; the next writer gets a new token.
                 let r = g.downgrade().expect("downgrade");
                 drop(r);
@@ -773,9 +838,10 @@ fn a_queued_writer_renews_its_queue_file_while_it_waits() {
     let dir = tempdir();
     let lk = short_lease_slow_poll(dir.path());
     let holder = lk.write().expect("write");
+    let first = holder.token().expect("token");
     let waiter = {
         let lk = lk.clone();
-        std::thread::spawn(move || lk.write().map(|w| w.token()))
+        std::thread::spawn(move || lk.write().and_then(|w| w.token()))
     };
     wait_until("the waiter queued", dir.path(), || {
         common::pending_pids(&lk).len() == 1
@@ -785,7 +851,7 @@ fn a_queued_writer_renews_its_queue_file_while_it_waits() {
     assert!(pending.exists(), "still queued, under the same name");
     holder.release().expect("release");
     let token = waiter.join().expect("join").expect("write after waiting");
-    assert!(token >= 2);
+    assert!(token > first);
     assert_only_token(dir.path());
 }
 
@@ -796,7 +862,7 @@ fn a_writer_waiting_for_readers_renews_its_master_lock() {
     let reader = lk.read().expect("read");
     let waiter = {
         let lk = lk.clone();
-        std::thread::spawn(move || lk.write().map(|w| w.token()))
+        std::thread::spawn(move || lk.write().and_then(|w| w.token()))
     };
     wait_until("the waiter made .master_lock", dir.path(), || {
         state(dir.path()).join(".master_lock").exists() && common::pending_pids(&lk).is_empty()
@@ -868,7 +934,10 @@ fn a_timed_out_writer_leaves_a_master_lock_that_is_not_its_own() {
     let reader = lk.read().expect("read");
     let waiter = {
         let lk = lk.clone();
-        std::thread::spawn(move || lk.try_write_for(Duration::from_secs(2)).map(|w| w.token()))
+        std::thread::spawn(move || {
+            lk.try_write_for(Duration::from_secs(2))
+                .and_then(|w| w.token())
+        })
     };
     let master = state(dir.path()).join(".master_lock");
     wait_until("the waiter made .master_lock", dir.path(), || {
@@ -894,7 +963,7 @@ fn a_writer_whose_master_lock_was_replaced_while_waiting_does_not_enter() {
     let reader = lk.read().expect("read");
     let waiter = {
         let lk = lk.clone();
-        std::thread::spawn(move || lk.write().map(|w| w.token()))
+        std::thread::spawn(move || lk.write().and_then(|w| w.token()))
     };
     let master = state(dir.path()).join(".master_lock");
     wait_until("the waiter made .master_lock", dir.path(), || {

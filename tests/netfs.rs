@@ -422,7 +422,11 @@ mod worker {
                 let timeout = Duration::from_millis(env_u64("RWDIR_NETFS_TIMEOUT_MS", 120_000));
                 match lock().try_write_for(timeout) {
                     Ok(g) => {
-                        log.line(&format!("granted {} {}", g.token(), now_ns()));
+                        log.line(&format!(
+                            "granted {} {}",
+                            g.token().expect("token"),
+                            now_ns()
+                        ));
                         hold(&mut log, g)
                     }
                     Err(e) => {
@@ -438,7 +442,11 @@ mod worker {
                 let dir = env("RWDIR_NETFS_LOCKDIR");
                 match DirLock::new(&dir).and_then(|l| l.try_write()) {
                     Ok(g) => {
-                        log.line(&format!("granted {} {}", g.token(), now_ns()));
+                        log.line(&format!(
+                            "granted {} {}",
+                            g.token().expect("token"),
+                            now_ns()
+                        ));
                         0
                     }
                     Err(e) => {
@@ -550,7 +558,11 @@ mod worker {
         let _ = sampler.join();
         match r {
             Ok(g) => {
-                log.line(&format!("granted {} {}", g.token(), now_ns()));
+                log.line(&format!(
+                    "granted {} {}",
+                    g.token().expect("token"),
+                    now_ns()
+                ));
                 hold(log, g)
             }
             Err(e) => {
@@ -621,9 +633,15 @@ mod worker {
                 }
                 let t_out = now_ns();
                 if g.is_lost() {
-                    log.line(&format!("LOST {t_out} {me} {host} token {}", g.token()));
+                    log.line(&format!(
+                        "LOST {t_out} {me} {host} token {}",
+                        g.token().expect("token")
+                    ));
                 }
-                log.line(&format!("W {t_in} {t_out} {} {host}", g.token()));
+                log.line(&format!(
+                    "W {t_in} {t_out} {} {host}",
+                    g.token().expect("token")
+                ));
                 if let Err(e) = g.release() {
                     log.line(&format!("LOST {} release {me} {host} {e}", now_ns()));
                 }
@@ -745,7 +763,7 @@ mod worker {
             Err(e) => return acquire_failed(log, &e),
         };
         let token = match &g {
-            Guard::W(w) => w.token(),
+            Guard::W(w) => w.token().expect("token"),
             Guard::R(_) => 0,
         };
         log.line(&format!("granted {token} {}", now_ns()));
@@ -918,7 +936,7 @@ mod worker {
             }
             let t_out = now_ns();
             let (kind, token) = match &g {
-                Guard::W(w) => ("W", w.token()),
+                Guard::W(w) => ("W", w.token().expect("token")),
                 Guard::R(_) => ("R", 0),
             };
             log.line(&format!("{kind} {t_in} {t_out} {token} {host} {asked}"));

@@ -146,7 +146,10 @@ fn writer_threads_exclude_reader_threads() {
                 .expect("write");
                 assert_eq!(writers.fetch_add(1, Ordering::SeqCst), 0, "two writers");
                 assert_eq!(readers.load(Ordering::SeqCst), 0, "a writer beside readers");
-                tokens.lock().expect("tokens").push(g.token());
+                tokens
+                    .lock()
+                    .expect("tokens")
+                    .push(g.token().expect("token"));
                 std::thread::sleep(Duration::from_micros(300));
                 writers.fetch_sub(1, Ordering::SeqCst);
                 drop(g);
@@ -292,8 +295,8 @@ fn a_forked_child_never_releases_the_parents_lock() {
     let mut last = 0;
     for how in [InChild::Drop, InChild::Release] {
         let w = lk.write().expect("write");
-        assert!(w.token() > last);
-        last = w.token();
+        assert!(w.token().expect("token") > last);
+        last = w.token().expect("token");
         let (code, w) = fork_and(w, how, WriteGuard::release);
         assert_eq!(code, 0, "{how:?}: release in the child reports success");
         w.check().expect("the parent still holds the write lock");
@@ -451,7 +454,9 @@ fn a_second_read_while_a_writer_waits_for_the_first_fails_at_once() {
         let writer = match writer_in {
             "thread" => {
                 let lk = lk.clone();
-                Some(std::thread::spawn(move || lk.write().map(|w| w.token())))
+                Some(std::thread::spawn(move || {
+                    lk.write().and_then(|w| w.token())
+                }))
             }
             _ => {
                 let mut c = common::Child::spawn("W", dir.path());

@@ -121,12 +121,12 @@ impl<G: Guard> Slot<G> {
         })
     }
 
-    /// `check` or `refresh`, on the held guard.
-    fn with(
+    /// `check`, `refresh` or a writer's `token`, on the held guard.
+    fn with<T: Send>(
         &self,
         py: Python<'_>,
-        f: impl Fn(&G) -> rwdir::Result<()> + Send + Sync,
-    ) -> PyResult<()> {
+        f: impl Fn(&G) -> rwdir::Result<T> + Send + Sync,
+    ) -> PyResult<T> {
         let r = py.detach(|| match self.lock().as_ref() {
             Some(g) => f(g),
             None => Err(self.released_error()),
@@ -194,14 +194,16 @@ pub(crate) struct PyReadGuard {
 /// Returned by DirLock.write() (and awaited from DirLock.write_async()). Use it as a
 /// context manager: `with lock.write() as guard: ...` releases when the block ends.
 /// Otherwise call release(); a guard that is garbage collected unreleased releases
-/// then. Any thread may release it. `token` is the fencing token of this grant. After
+/// then. Any thread may release it. `token` is the fencing token of this grant, made the
+/// first time it is read (V14 in docs/protocol-notes.md) and kept. After
 /// os.fork() the child does not own the parent's guards: releasing (or dropping) them
 /// in the child does nothing, and the parent still holds the lock.
 #[pyclass(module = "rwdir", name = "WriteGuard", frozen)]
 #[derive(Debug)]
 pub(crate) struct PyWriteGuard {
     pub(crate) slot: Arc<Slot<rwdir::WriteGuard>>,
-    token: u64,
+    /// The fencing token, once read (it outlives the release).
+    token: std::sync::OnceLock<u64>,
 }
 
 impl PyReadGuard {
@@ -217,7 +219,7 @@ impl PyWriteGuard {
     /// `waited`: see [`Slot::new`].
     pub(crate) fn new(g: rwdir::WriteGuard, waited: bool) -> PyWriteGuard {
         PyWriteGuard {
-            token: g.token(),
+            token: std::sync::OnceLock::new(),
             slot: Slot::new(g, rwdir::Kind::Write, waited),
         }
     }
@@ -308,12 +310,20 @@ guard_methods!(PyReadGuard, "the reader's file (.rwdir/.slave_lock-*)", {
 });
 
 guard_methods!(PyWriteGuard, "the writer's file (.rwdir/.master_lock)", {
-    /// The fencing token of this grant: unique and strictly growing over all write
-    /// grants on the directory, but not consecutive. It protects only a resource that
-    /// remembers the highest token it has seen and rejects lower ones.
+    /// The fencing token of this grant: unique and strictly growing over the write
+    /// grants on the directory that read one, but not consecutive. Made the first time
+    /// it is read, while the lock is held (a write that never reads it makes no token
+    /// file), then kept, also after the release. Raises LockLost if the lock was lost
+    /// before it could be made, or if the guard was released before it was ever read.
+    /// It protects only a resource that remembers the highest token it has seen and
+    /// rejects lower ones.
     #[getter]
-    fn token(&self) -> u64 {
-        self.token
+    fn token(&self, py: Python<'_>) -> PyResult<u64> {
+        if let Some(&t) = self.token.get() {
+            return Ok(t);
+        }
+        let t = self.slot.with(py, rwdir::WriteGuard::token)?;
+        Ok(*self.token.get_or_init(|| t))
     }
 
     /// Turns the write lock into a read lock without letting any other writer in (the
@@ -332,9 +342,9 @@ guard_methods!(PyWriteGuard, "the writer's file (.rwdir/.master_lock)", {
     }
 
     fn __repr__(&self) -> String {
+        let token = self.token.get().map_or("?".to_string(), u64::to_string);
         format!(
-            "<rwdir.WriteGuard token={} {} {:?}>",
-            self.token,
+            "<rwdir.WriteGuard token={token} {} {:?}>",
             self.slot.state(),
             self.slot.path.display().to_string()
         )

@@ -18,6 +18,7 @@ import tempfile
 import threading
 import time
 from datetime import datetime, timezone
+from typing import Optional
 
 import pytest
 
@@ -48,6 +49,7 @@ class Holder:
 
     def __init__(self, lock: rwdir.DirLock, write: bool) -> None:
         self.lock, self.write = lock, write
+        self.token: Optional[int] = None
         self.held = threading.Event()
         self.go = threading.Event()
         self.error = None
@@ -58,6 +60,8 @@ class Holder:
     def run(self) -> None:
         try:
             g = self.lock.write() if self.write else self.lock.read()
+            if isinstance(g, rwdir.WriteGuard):
+                self.token = g.token  # made when first read, as the command does
         except BaseException as e:  # noqa: BLE001
             self.error = e
             return
@@ -230,6 +234,21 @@ def test_tokens_grow(lock):
     assert lock.status().token == tokens[-1]
 
 
+def test_a_token_is_made_when_first_read_and_kept(lock):
+    with lock.write() as w:
+        assert "token=?" in repr(w)  # not read yet: nothing made
+    assert lock.status().token is None
+    w = lock.write()
+    assert w.token == 1 and w.token == 1 and "token=1" in repr(w)
+    w.release()
+    assert w.token == 1  # kept after the release
+    w = lock.write()
+    w.release()
+    with pytest.raises(rwdir.LockLost):  # released before it was ever read
+        w.token
+    assert lock.write().token == 2
+
+
 @pytest.mark.parametrize("write", [False, True])
 def test_a_removed_lock_file_is_a_lost_lock(lock, write):
     g = lock.write() if write else lock.read()
@@ -293,7 +312,7 @@ def test_status_names_holders_and_waiters(lock):
             assert e.since.tzinfo is not None and abs((now - e.since).total_seconds()) < 60
             assert os.path.dirname(e.path) == st.state_dir and e.pgid is None
         assert str(st.writer) == f"writer pid {os.getpid()} on host {host} (0 s)"
-        assert st.token >= 1 and not st.is_free()
+        assert st.token == writer.token and st.token is not None and not st.is_free()
     finally:
         writer.stop()
         queued.join(10)
@@ -310,10 +329,10 @@ def test_cleanup_removes_dead_holders_only(tmp_path, child):
     lock = rwdir.DirLock(tmp_path)
     dead = child(f"""
         g = rwdir.DirLock({str(tmp_path)!r}).write()
-        say("held")
+        say("held " + str(g.token))
         time.sleep(600)
     """)
-    dead.expect("held")
+    assert dead.expect("held") == "held 1"
     dead.kill()
     plan = rwdir.cleanup(tmp_path, dry_run=True)
     assert [(e.kind, e.pid, e.alive) for e in plan] == [("write", dead.pid, False)]

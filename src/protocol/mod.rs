@@ -692,9 +692,15 @@ async fn look_before_announcing(at: &mut Attempt<'_>) -> Result<()> {
     }
 }
 
+/// The highest fencing token of a listing, and whether its entry is a regular file: T1
+/// of a later allocation ([`grant_token`]) can start from it.
+pub(crate) type TokenHint = (u64, bool);
+
 /// Write-acquire, W1–W6, on the calling thread. Returns our `.master_lock` and the
-/// fencing token.
-pub(crate) fn write(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<(Own, u64)> {
+/// highest token of the last listing made while we held it, from which [`token`] starts
+/// if the holder asks for its fencing token ([`grant_token`], V14 in
+/// docs/protocol-notes.md).
+pub(crate) fn write(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<(Own, TokenHint)> {
     block_on(pin!(write_in(sd, cfg, deadline, Mode::Blocking)))
 }
 
@@ -704,12 +710,12 @@ pub(crate) async fn write_in(
     cfg: &Config,
     deadline: Deadline,
     mode: Mode,
-) -> Result<(Own, u64)> {
+) -> Result<(Own, TokenHint)> {
     let mut at = Attempt::new(sd, cfg, deadline, Kind::Write, mode);
     // V6 (docs/protocol-notes.md): no writer holds or waits, so no pending file.
-    if let Some((master, hint)) = fast_path(&at)? {
+    if let Some(master) = fast_path(&at)? {
         at.spares_wanted = &[];
-        return enter(&mut at, master, None, hint).await;
+        return enter(&mut at, master, None).await;
     }
     // The last write here waited, or the look just made found a writer: this one will
     // most likely wait too. Subscribing before W2's first look spares a second one.
@@ -720,7 +726,7 @@ pub(crate) async fn write_in(
     let mut pending = queue(&at)?;
     at.exclude = Some(pending.name);
     // W2: wait for our turn, then create the one exclusive `.master_lock`.
-    let (master, hint) = match wait_turn(&mut at, &mut pending).await {
+    let master = match wait_turn(&mut at, &mut pending).await {
         Ok(m) => m,
         Err(e) => {
             let _ = sd.unlink(&pending.close());
@@ -728,9 +734,9 @@ pub(crate) async fn write_in(
         }
     };
     // W5 waits for readers to leave, and nothing it does after a wake-up creates a
-    // file; the token's spare, if any, is used by W4 first.
+    // file.
     at.spares_wanted = &[];
-    enter(&mut at, master, Some(pending), hint).await
+    enter(&mut at, master, Some(pending)).await
 }
 
 /// V6, the fast path (docs/protocol-notes.md): a listing that shows no `.master_lock` and
@@ -742,7 +748,7 @@ pub(crate) async fn write_in(
 /// Tried only when the last write acquisition through this handle found no other writer
 /// ([`StateDir::writers_were_absent`]): under contention the listing would be one more per
 /// grant, all for nothing.
-fn fast_path(at: &Attempt<'_>) -> Result<Option<(Own, (u64, bool))>> {
+fn fast_path(at: &Attempt<'_>) -> Result<Option<Own>> {
     let sd = at.sd;
     if !sd.writers_were_absent() {
         return Ok(None);
@@ -756,20 +762,20 @@ fn fast_path(at: &Attempt<'_>) -> Result<Option<(Own, (u64, bool))>> {
     if master.is_none() {
         sd.set_writers_absent(false);
     }
-    Ok(master.map(|m| (m, l.top_token())))
+    Ok(master)
 }
 
-/// W4–W6, holding `.master_lock` (made by W2, or by V6's fast path, from a listing whose
-/// highest token was `hint`): take a fencing token, wait for the readers to drain, and
-/// check that `.master_lock` is still ours. Returns it with the token, and with our
-/// pending file (`pending`, none after V6) in [`Own::queue`]: V8 keeps it until the
-/// release, and W3 is gone.
+/// W5–W6, holding `.master_lock` (made by W2, or by V6's fast path): wait for the
+/// readers to drain, and check that `.master_lock` is still ours. No W4: the fencing
+/// token is allocated when the holder asks for it (V14, [`grant_token`]). Returns
+/// `.master_lock` with our pending file (`pending`, none after V6) in [`Own::queue`]
+/// (V8 keeps it until the release, and W3 is gone), and the highest token of W5's last
+/// listing.
 async fn enter(
     at: &mut Attempt<'_>,
     mut master: Own,
     pending: Option<Own>,
-    hint: (u64, bool),
-) -> Result<(Own, u64)> {
+) -> Result<(Own, TokenHint)> {
     let sd = at.sd;
     // Undo removes `.master_lock` only while it is ours: a judge by lease may have broken
     // it while we waited (we were paused, say) and another writer may own the name now.
@@ -784,12 +790,11 @@ async fn enter(
         }
     };
     let steps = async {
-        let mut spent = Vec::new();
-        let (token, first) = fencing_token(at, hint, &mut spent)?;
-        let drained = drain(at, &master, pending.as_ref(), first).await?;
-        Ok::<_, Error>(drained.then_some((token, spent)))
+        // W5's first look, made after our `.master_lock` exists.
+        let first = sd.list()?;
+        drain(at, &master, pending.as_ref(), first).await
     };
-    let (token, spent) = match steps.await {
+    let hint = match steps.await {
         Ok(Some(done)) => done,
         Ok(None) => {
             // Gave up. Removed first: the error names who is in our way, not us.
@@ -820,15 +825,39 @@ async fn enter(
             reason: "`.master_lock` was replaced while waiting for readers".into(),
         });
     }
-    master.spent = spent;
     master.queue = pending.map(|p| (p.name, p.created.fd));
-    Ok((master, token))
+    Ok((master, hint))
 }
 
-/// W4 with T1–T4: the fencing token, and the first listing made after its file exists
-/// (W5's first look). T1 starts from `hint`, W2's last listing: made just before our
-/// `.master_lock` existed, it can only be older than a fresh one, and a stale hint shows
-/// up in the listing that follows.
+/// V14 (docs/protocol-notes.md): the fencing token of a write grant, allocated the first
+/// time its holder asks for it, while it holds `.master_lock`: T1–T3 ([`fencing_token`]),
+/// then W6's check again (`still_ours`: `.master_lock` is still our file), and only then
+/// T4 and the token. A later grant may not have asked for a token, so T3 alone cannot
+/// tell that ours was taken over; once `.master_lock` is found still ours after T2, no
+/// grant came after ours, and every later one that asks gets a higher token.
+pub(crate) fn grant_token(
+    sd: &StateDir,
+    cfg: &Config,
+    hint: TokenHint,
+    still_ours: impl FnOnce() -> Result<()>,
+    spent: &mut Vec<OwnedFd>,
+) -> Result<u64> {
+    let at = Attempt::new(sd, cfg, Deadline::Never, Kind::Write, Mode::Blocking);
+    let (token, l) = fencing_token(&at, hint, spent)?;
+    still_ours()?;
+    // T4: housekeeping only (T1 and T3 look at the highest token), so a lower token
+    // that cannot be removed is left: another user's token in a sticky state
+    // directory, or a non-empty directory someone made at a token name, must not keep
+    // every later writer out.
+    for &k in l.tokens.iter().filter(|&&k| k < token) {
+        let _ = sd.unlink(&LockName::Token(k));
+    }
+    Ok(token)
+}
+
+/// T1–T3: the next fencing token, and T3's listing. T1 starts from `hint`, a listing
+/// made earlier: it can only be older than a fresh one, and a stale hint shows up in the
+/// listing that follows.
 fn fencing_token(
     at: &Attempt<'_>,
     hint: (u64, bool),
@@ -854,27 +883,21 @@ fn fencing_token(
                 reason: "a later fencing token exists: another writer was granted the lock".into(),
             });
         }
-        // T4: housekeeping only (T1 and T3 look at the highest token), so a lower token
-        // that cannot be removed is left: another user's token in a sticky state
-        // directory, or a non-empty directory someone made at a token name, must not keep
-        // every later writer out.
-        for &k in l.tokens.iter().filter(|&&k| k < token) {
-            let _ = sd.unlink(&LockName::Token(k));
-        }
         return Ok((token, l));
     }
 }
 
 /// W5: waits until the readers drain, starting from `l`, a listing made after our
-/// `.master_lock` existed, and keeps `.master_lock` fresh meanwhile. `Ok(false)`: the
-/// deadline passed or the acquisition was cancelled.
+/// `.master_lock` existed, and keeps `.master_lock` fresh meanwhile. Returns the highest
+/// token of the last listing; `Ok(None)`: the deadline passed or the acquisition was
+/// cancelled.
 /// `pending`, our queue file (V8), is kept fresh too.
 async fn drain(
     at: &mut Attempt<'_>,
     master: &Own,
     pending: Option<&Own>,
     mut l: Listing,
-) -> Result<bool> {
+) -> Result<Option<TokenHint>> {
     loop {
         // Every listed reader is gone or was dead and removed: drained. The listing was
         // made after our `.master_lock` existed, so a reader missing from it announced
@@ -882,7 +905,7 @@ async fn drain(
         // listing again matters on a remote filesystem, whose listing can show departed
         // readers for ~20 s and would keep us spinning.
         if l.slaves.is_empty() || !at.judge.any_live(&l.slaves)? {
-            return Ok(true);
+            return Ok(Some(l.top_token()));
         }
         at.interest = Interest::READERS;
         let keep: &[&Own] = match pending {
@@ -890,7 +913,7 @@ async fn drain(
             None => &[master],
         };
         if at.sleep(keep).await.is_none() {
-            return Ok(false);
+            return Ok(None);
         }
         l = at.sd.list()?;
     }
@@ -910,10 +933,8 @@ fn queue(at: &Attempt<'_>) -> Result<Own> {
     }
 }
 
-/// W2.
-/// Returns our `.master_lock` and the highest token of the listing that let us create
-/// it: a hint for T1 (see [`allocate_token`]).
-async fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<(Own, (u64, bool))> {
+/// W2. Returns our `.master_lock`.
+async fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<Own> {
     let sd = at.sd;
     // For V6's hint: whether this acquisition found another writer in its way.
     let mut waited = false;
@@ -989,7 +1010,7 @@ async fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<(Own, (u64
                         && removed.has_master()
                         && let Some(master) = at.put(LockName::Master, Kind::Write)?
                     {
-                        return Ok((master, l.top_token()));
+                        return Ok(master);
                     }
                     continue;
                 }
@@ -1007,7 +1028,7 @@ async fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<(Own, (u64
             if !waited {
                 sd.set_writers_absent(true);
             }
-            return Ok((master, l.top_token()));
+            return Ok(master);
         }
     }
 }
@@ -1371,7 +1392,7 @@ mod tests {
         assert_eq!(
             at_grant - before,
             1,
-            "B's listings from H's release to its grant (1: the token's and W5's)"
+            "B's listings from H's release to its grant (1: W5's first look)"
         );
     }
 
@@ -1766,8 +1787,8 @@ mod tests {
         assert_eq!(n, 2, "R1 and R3");
     }
 
-    /// Grants that completed between W2's listing and our `.master_lock` make the hint
-    /// stale; the write must still end with a token above every existing one.
+    /// Grants that completed since the listing a hint comes from make it stale; the
+    /// token must still come out above every existing one.
     #[test]
     fn a_stale_token_hint_is_corrected_upwards() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -1799,15 +1820,15 @@ mod tests {
                     .is_some()
             );
         }
-        // W1 and W2 by hand, then W3-W6 from the stale hint.
+        // W1 and W2 by hand, then W5-W6, and the token (V14) from the stale hint.
         let mut writer = Attempt::new(&sd, &cfg, Deadline::Once, Kind::Write, Mode::Blocking);
         let pending = queue(&writer).expect("queue");
         let master = writer
             .put(LockName::Master, Kind::Write)
             .expect("put")
             .expect(".master_lock is free");
-        let (own, token) =
-            block_on(pin!(enter(&mut writer, master, Some(pending), (4, true)))).expect("enter");
+        let (own, _) = block_on(pin!(enter(&mut writer, master, Some(pending)))).expect("enter");
+        let token = grant_token(&sd, &cfg, (4, true), || Ok(()), &mut Vec::new()).expect("token");
         assert_eq!(token, if renames { 11 } else { 10 });
         // T4 removed the lower tokens, the stale one included.
         assert_eq!(sd.list().expect("list").tokens, vec![token]);

@@ -608,7 +608,7 @@ impl Script {
                 "ok read 0".to_string()
             }
             Ok(Guard::Write(w)) => {
-                let t = w.token();
+                let t = w.token().expect("token");
                 self.log(&format!("enter write {t}"));
                 self.held.push(Guard::Write(w));
                 format!("ok write {t}")
@@ -705,13 +705,16 @@ impl Script {
         loop {
             let hold = Duration::from_micros(next(2000));
             let t = Duration::from_millis(next(30));
+            // A writer asks for its fencing token, so that its grants show in the tokens
+            // (and the token's steps run under the storm too).
+            let fenced = |w: rwdir::WriteGuard| w.token().map(|_| Guard::Write(w));
             let r = match next(6) {
                 0 => self.lock.read().map(Guard::Read),
                 1 => self.lock.try_read().map(Guard::Read),
                 2 => self.lock.try_read_for(t).map(Guard::Read),
-                3 => self.lock.write().map(Guard::Write),
-                4 => self.lock.try_write().map(Guard::Write),
-                _ => self.lock.try_write_for(t).map(Guard::Write),
+                3 => self.lock.write().and_then(fenced),
+                4 => self.lock.try_write().and_then(fenced),
+                _ => self.lock.try_write_for(t).and_then(fenced),
             };
             match r {
                 Ok(g) => {

@@ -100,9 +100,10 @@ enum Guard {
 }
 
 impl Guard {
-    fn token(&self) -> u64 {
+    /// A writer's fencing token (made when first asked for, V14), 0 for a reader.
+    fn token(&self) -> rwdir::Result<u64> {
         match self {
-            Guard::Read(_) => 0,
+            Guard::Read(_) => Ok(0),
             Guard::Write(g) => g.token(),
         }
     }
@@ -184,6 +185,17 @@ pub(crate) fn run(mode: Mode, args: &LockArgs, lease: Option<Duration>) -> Resul
             return Err(e);
         }
     };
+    // COMMAND gets the writer's fencing token in RWDIR_TOKEN: the library makes it when
+    // asked for, so ask now, before anything runs.
+    let token = match guard.token() {
+        Ok(token) => token,
+        Err(e) => {
+            child.abort();
+            events.wait_exit(REAP_WITHIN);
+            let _ = guard.release();
+            return Err(Error::Lock(e));
+        }
+    };
 
     // The lock's watch thread, before COMMAND runs.
     let guard = Arc::new(guard);
@@ -198,7 +210,7 @@ pub(crate) fn run(mode: Mode, args: &LockArgs, lease: Option<Duration>) -> Resul
 
     // Hand the terminal to COMMAND's group (as a shell does), then let it go.
     let terminal = Terminal::hand_over(pgid);
-    let started = child.go(guard.token());
+    let started = child.go(token);
     let started = match started {
         Ok(Started::Running) => Ok(()),
         Ok(Started::Failed(source)) => Err(Error::Exec {

@@ -377,7 +377,7 @@ impl Scanner {
             }
             Op::TryWrite { hold } => {
                 let g = lock.try_write()?;
-                let token = g.token();
+                let token = g.token()?;
                 assert_eq!(g.path(), self.state.join(".master_lock"), "{what}");
                 if hold {
                     guards.writes.push(g);
