@@ -452,7 +452,7 @@ for _b in ["F1", "F3", "F7", "F8", "MF1", "MF7"]:
 for _b in ["F7", "F8", "MF7", "MF8"]:
     _c = _BASE[_b]
     CONFIGS.append((f"{_b}-Vw14", f"{_c[1]}; tokens, V4, V14 with the writer's shortcuts V2+V5+V6+V8+V9",
-                    f"{_c[2]} --tokens 4 --v4 {_WV} --v14 on", _c[3], "PASS", "q" if _b == "F8" else "f"))
+                    f"{_c[2]} --tokens 4 --v4 {_WV} --v14 on", _c[3], "PASS", "f"))
 
 
 def sh(cmd, cwd, timeout=3600):
