@@ -33,6 +33,8 @@ enum Op {
     Read,
     /// `DirLock::write` + release.
     Write,
+    /// `DirLock::write` + `WriteGuard::token` + release: a writer that uses fencing.
+    WriteToken,
     /// `DirLock::try_read` + release.
     TryRead,
     /// `DirLock::try_write` + release.
@@ -51,6 +53,7 @@ impl Op {
         match self {
             Op::Read => "rwdir read",
             Op::Write => "rwdir write",
+            Op::WriteToken => "rwdir write + token()",
             Op::TryRead => "rwdir try_read",
             Op::TryWrite => "rwdir try_write",
             Op::StdShared => "std lock_shared",
@@ -66,11 +69,16 @@ const RECORD: usize = 200;
 /// Makes the operation `op` on the lock directory `dir`.
 fn make(op: Op, dir: &Path) -> Box<dyn FnMut()> {
     match op {
-        Op::Read | Op::Write | Op::TryRead | Op::TryWrite => {
+        Op::Read | Op::Write | Op::WriteToken | Op::TryRead | Op::TryWrite => {
             let lock = DirLock::new(dir).expect("DirLock::new");
             match op {
                 Op::Read => Box::new(move || lock.read().expect("read").release().expect("rel")),
                 Op::Write => Box::new(move || lock.write().expect("write").release().expect("rel")),
+                Op::WriteToken => Box::new(move || {
+                    let w = lock.write().expect("write");
+                    black_box(w.token().expect("token"));
+                    w.release().expect("rel");
+                }),
                 Op::TryRead => {
                     Box::new(move || lock.try_read().expect("try_read").release().expect("rel"))
                 }
@@ -185,6 +193,12 @@ mod uncontended {
     }
 
     #[divan::bench(args = LOCS)]
+    fn rwdir_write_token(b: Bencher<'_, '_>, loc: Loc) {
+        let d = loc.fresh_dir();
+        run(b, make(Op::WriteToken, d.path()));
+    }
+
+    #[divan::bench(args = LOCS)]
     fn rwdir_try_read(b: Bencher<'_, '_>, loc: Loc) {
         let d = loc.fresh_dir();
         run(b, make(Op::TryRead, d.path()));
@@ -270,6 +284,7 @@ fn slots(locs: &[Loc]) -> Vec<Slot> {
             Op::StdExclusive,
             Op::Read,
             Op::Write,
+            Op::WriteToken,
             Op::TryRead,
             Op::TryWrite,
         ] {
@@ -379,13 +394,14 @@ fn ratio_pass() -> Vec<Target> {
             Op::StdExclusive,
             Op::Read,
             Op::Write,
+            Op::WriteToken,
             Op::TryRead,
             Op::TryWrite,
         ] {
             let s = find(&slots, loc, op, None);
             let flock = match op {
                 Op::Read | Op::TryRead | Op::StdShared => Some(shared),
-                Op::Write | Op::TryWrite | Op::StdExclusive => Some(excl),
+                Op::Write | Op::WriteToken | Op::TryWrite | Op::StdExclusive => Some(excl),
                 Op::Raw => None,
             };
             t.row(vec![
