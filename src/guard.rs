@@ -32,7 +32,8 @@ pub(crate) struct Held {
     fd: Mutex<Option<OwnedFd>>,
     /// `(st_dev, st_ino)` of our file, if known without asking (made from a spare).
     id: Option<FileId>,
-    /// Descriptors closed at the release, after the removal ([`Own::spent`]).
+    /// Descriptors closed at the release, after the removal: those of the token files
+    /// [`Held::grant_token`] made by `put` (a local filesystem only).
     spent: Mutex<Vec<OwnedFd>>,
     /// A writer's pending file ([`Own::queue`], V8): beaten with `.master_lock` and
     /// removed after it, on every way out.
@@ -97,7 +98,7 @@ impl Held {
             name: own.name,
             nonce: own.nonce,
             id: own.created.id,
-            spent: Mutex::new(own.spent),
+            spent: Mutex::new(Vec::new()),
             queue: Mutex::new(own.queue),
             fd: Mutex::new(Some(own.created.fd)),
             owner_pid: own.pid,
@@ -814,7 +815,6 @@ impl WriteGuard {
             name,
             created,
             nonce: record.nonce,
-            spent: Vec::new(),
             queue: None,
             pid: record.pid,
             touched: parking_lot::Mutex::new(started),

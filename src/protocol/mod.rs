@@ -34,11 +34,6 @@ pub(crate) struct Own {
     pub(crate) name: LockName,
     pub(crate) created: Created,
     pub(crate) nonce: Uuid,
-    /// Descriptors of other files this acquisition made (a writer's `.token-n`, already
-    /// renamed or removed), closed when this file is released: on a local filesystem
-    /// that takes a `close` off a hand-off. Empty on a remote filesystem, where a
-    /// descriptor left open across an unlink leaves a `.nfsXXXX` file behind.
-    pub(crate) spent: Vec<OwnedFd>,
     /// V8 (docs/protocol-notes.md): a writer's pending file, kept while it holds
     /// `.master_lock` and removed after it, so that the writer queued behind waits for
     /// this one file and wakes once per grant. `None` for a reader, and for a writer that
@@ -193,9 +188,8 @@ impl<'a> Attempt<'a> {
             pauses: 0,
             spares: std::cell::RefCell::new(Vec::new()),
             spares_wanted: match want {
-                // A token is made by renaming the last one, where that works.
-                Kind::Write if sd.renames_tokens() => &[Kind::Write],
-                Kind::Write => &[Kind::Write, Kind::Token],
+                // The token is made after the grant, when asked for (V14): no spare.
+                Kind::Write => &[Kind::Write],
                 _ => &[Kind::Read],
             },
             queue_nonce: Cell::new(None),
@@ -483,7 +477,6 @@ impl<'a> Attempt<'a> {
             name,
             created,
             nonce: holder.nonce,
-            spent: Vec::new(),
             queue: None,
             pid: holder.pid,
             touched: parking_lot::Mutex::new(started),
@@ -697,9 +690,8 @@ async fn look_before_announcing(at: &mut Attempt<'_>) -> Result<()> {
 pub(crate) type TokenHint = (u64, bool);
 
 /// Write-acquire, W1–W6, on the calling thread. Returns our `.master_lock` and the
-/// highest token of the last listing made while we held it, from which [`token`] starts
-/// if the holder asks for its fencing token ([`grant_token`], V14 in
-/// docs/protocol-notes.md).
+/// highest token of the last listing made while we held it, from which [`grant_token`]
+/// starts if the holder asks for its fencing token (V14 in docs/protocol-notes.md).
 pub(crate) fn write(sd: &StateDir, cfg: &Config, deadline: Deadline) -> Result<(Own, TokenHint)> {
     block_on(pin!(write_in(sd, cfg, deadline, Mode::Blocking)))
 }
@@ -1034,14 +1026,16 @@ async fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<Own> {
 }
 
 /// T1–T2: the next fencing token, allocated while holding `.master_lock`. T3 and T4 are
-/// done on the first listing of W5, which follows at once.
+/// done by the callers ([`fencing_token`], [`grant_token`]).
 ///
 /// `hint` stands for T1's listing when the caller has a recent one: the highest token,
 /// and whether its entry is a regular file. Returns the token and whether it came from a
 /// fresh T1 listing.
 /// On a local filesystem the token is usually made by renaming the previous one (see
 /// below); a token made by `put` gives its descriptor to `spent`, to be closed at the
-/// release (see [`Own::spent`]). A renamed token file keeps the record of the writer that
+/// release, after `.master_lock`'s removal (a `close` fewer on the token's way; on a
+/// remote filesystem the descriptor is closed at once, since one left open across an
+/// unlink leaves a `.nfsXXXX` file behind). A renamed token file keeps the record of the writer that
 /// first made it: the number is what counts, and nothing reads a token's record but for
 /// display.
 fn allocate_token(
