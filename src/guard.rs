@@ -739,10 +739,10 @@ impl WriteGuard {
     /// Allocated the first time it is asked for, while the lock is held (V14 in
     /// docs/protocol-notes.md: a `rename` of the last `.token-<n>`, a listing, and a check
     /// that `.master_lock` is still this guard's), then kept: a write that never asks
-    /// makes no token file. So tokens are not consecutive, and a writer that asks late
-    /// still gets a token above that of every writer granted before it; the check makes
-    /// sure no writer was granted after it. The command asks before it starts COMMAND
-    /// (`RWDIR_TOKEN`).
+    /// makes no token file. A writer that asks late still gets a token above that of
+    /// every writer granted before it; the check makes sure no writer was granted after
+    /// it. Tokens are not promised to be consecutive (an allocation that then finds the
+    /// lock lost uses one up). The command asks before it starts COMMAND (`RWDIR_TOKEN`).
     ///
     /// # Errors
     ///
