@@ -804,7 +804,7 @@ impl WriteGuard {
         let record = protocol::record(&held.cfg, Kind::Read);
         // The watchdog of the reader's file starts before it exists.
         let started = Instant::now();
-        let created = held.sd.put(&name, &record)?;
+        let created = held.sd.put(&name, &record.record())?;
         let Some(created) = created else {
             return Err(Error::LockLost {
                 path: held.sd.path_of(&name),

@@ -157,69 +157,27 @@ impl Holder {
     /// Serialises the record. The last line is a checksum of everything before it, so a
     /// record cut short (or grown) never parses. The on-disk format is not part of the
     /// API (see the crate docs' stability promise): for rwdir's own tests and fuzzing.
-    ///
-    /// Every file a process makes has the same lines up to `pgid` for its kind: they and
-    /// the checksum's state after them are made once per thread ([`Prefix`]), and only
-    /// the last three fields are written and summed for each file.
     #[doc(hidden)]
     pub fn format(&self) -> String {
-        let mut s = String::with_capacity(320);
-        let made = PREFIXES.try_with(|kept| {
-            let mut kept = kept.borrow_mut();
-            let at = match kept.iter().position(|p| p.fits(self)) {
-                Some(at) => at,
-                None => {
-                    if kept.len() == PREFIXES_KEPT {
-                        kept.pop();
-                    }
-                    kept.insert(0, Prefix::of(self));
-                    0
-                }
-            };
-            s.push_str(&kept[at].text);
-            kept[at].sum
-        });
-        // This thread's locals are already destroyed (a record made by another
-        // thread-local's destructor): the head is made for this record alone.
-        let sum = made.unwrap_or_else(|_| {
-            self.write_prefix(&mut s);
-            fnv1a64_from(FNV_OFFSET, s.as_bytes())
-        });
-        let tail = s.len();
-        s.push_str("nonce ");
-        s.push_str(
-            self.nonce
-                .hyphenated()
-                .encode_lower(&mut Uuid::encode_buffer()),
-        );
-        s.push_str("\nsince_ns ");
-        push_decimal(&mut s, self.since_ns);
-        s.push_str("\nlease_ms ");
-        push_decimal(&mut s, self.lease_ms);
-        s.push('\n');
-        let sum = fnv1a64_from(sum, &s.as_bytes()[tail..]);
-        s.push_str("end ");
-        for shift in (0..16).rev() {
-            s.push(char::from(HEX[((sum >> (shift * 4)) & 0xf) as usize]));
-        }
-        s.push('\n');
-        s
+        // Every byte of a record is printable ASCII or a newline.
+        self.record()
+            .with_text(|text| String::from_utf8_lossy(text).into_owned())
     }
 
-    /// The record's lines up to `pgid`: those that [`Prefix`] keeps.
-    fn write_prefix(&self, s: &mut String) {
-        // Writing to a String cannot fail.
-        let _ = write!(
-            s,
-            "{MAGIC}\nkind {}\nhost {}\nboot_id {}\npidns {}\npid {}\nstart {}\npgid {}\n",
-            self.kind,
-            Sanitized(&self.host),
-            Sanitized(&self.boot_id),
-            self.pidns,
-            self.pid,
-            self.start,
-            self.pgid,
-        );
+    /// The record's fields, the host and boot id borrowed.
+    pub(crate) fn record(&self) -> Record<'_> {
+        Record {
+            kind: self.kind,
+            host: &self.host,
+            boot_id: &self.boot_id,
+            pidns: self.pidns,
+            pid: self.pid,
+            start: self.start,
+            pgid: self.pgid,
+            nonce: self.nonce,
+            since_ns: self.since_ns,
+            lease_ms: self.lease_ms,
+        }
     }
 
     /// Parses a record. Anything but a complete, well-formed record of a known version
@@ -274,6 +232,156 @@ impl Holder {
             since_ns,
             lease_ms,
         })
+    }
+}
+
+/// A record about to be written: [`Holder`]'s fields, with the host and boot id borrowed
+/// from the process's identity rather than copied into every record (an acquisition
+/// makes one and drops it once the file exists).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Record<'a> {
+    pub(crate) kind: Kind,
+    pub(crate) host: &'a str,
+    pub(crate) boot_id: &'a str,
+    pub(crate) pidns: u64,
+    pub(crate) pid: u32,
+    pub(crate) start: u64,
+    pub(crate) pgid: u32,
+    pub(crate) nonce: Uuid,
+    pub(crate) since_ns: u64,
+    pub(crate) lease_ms: u64,
+}
+
+impl Record<'_> {
+    /// The record as a [`Holder`] of its own.
+    pub(crate) fn to_holder(self) -> Holder {
+        Holder {
+            kind: self.kind,
+            host: self.host.to_string(),
+            boot_id: self.boot_id.to_string(),
+            pidns: self.pidns,
+            pid: self.pid,
+            start: self.start,
+            pgid: self.pgid,
+            nonce: self.nonce,
+            since_ns: self.since_ns,
+            lease_ms: self.lease_ms,
+        }
+    }
+
+    /// Calls `f` with the record's text (see [`Holder::format`]), made on the stack.
+    ///
+    /// Every file a process makes has the same lines up to `pgid` for its kind: they and
+    /// the checksum's state after them are made once per thread ([`Prefix`]), and only
+    /// the last three fields are written and summed for each file.
+    pub(crate) fn with_text<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        let mut t = RecordText::new();
+        let made = PREFIXES.try_with(|kept| {
+            let mut kept = kept.borrow_mut();
+            let at = match kept.iter().position(|p| p.fits(self)) {
+                Some(at) => at,
+                None => {
+                    if kept.len() == PREFIXES_KEPT {
+                        kept.pop();
+                    }
+                    kept.insert(0, Prefix::of(self));
+                    0
+                }
+            };
+            t.push(kept[at].text.as_bytes());
+            kept[at].sum
+        });
+        // This thread's locals are already destroyed (a record made by another
+        // thread-local's destructor): the head is made for this record alone.
+        let sum = made.unwrap_or_else(|_| {
+            self.write_prefix(&mut t);
+            fnv1a64_from(FNV_OFFSET, t.as_bytes())
+        });
+        let tail = t.len;
+        t.push(b"nonce ");
+        t.push(
+            self.nonce
+                .hyphenated()
+                .encode_lower(&mut Uuid::encode_buffer())
+                .as_bytes(),
+        );
+        t.push(b"\nsince_ns ");
+        t.push(decimal(self.since_ns, &mut [0; 20]));
+        t.push(b"\nlease_ms ");
+        t.push(decimal(self.lease_ms, &mut [0; 20]));
+        t.push(b"\n");
+        let sum = fnv1a64_from(sum, t.as_bytes().get(tail..).unwrap_or_default());
+        let mut hex = [0; 16];
+        for (i, digit) in hex.iter_mut().enumerate() {
+            *digit = HEX[((sum >> ((15 - i) * 4)) & 0xf) as usize];
+        }
+        t.push(b"end ");
+        t.push(&hex);
+        t.push(b"\n");
+        f(t.as_bytes())
+    }
+
+    /// The record's lines up to `pgid`: those that [`Prefix`] keeps.
+    fn write_prefix(&self, s: &mut impl std::fmt::Write) {
+        // Neither a String nor a `RecordText` (which holds the longest record) fails.
+        let _ = write!(
+            s,
+            "{MAGIC}\nkind {}\nhost {}\nboot_id {}\npidns {}\npid {}\nstart {}\npgid {}\n",
+            self.kind,
+            Sanitized(self.host),
+            Sanitized(self.boot_id),
+            self.pidns,
+            self.pid,
+            self.start,
+            self.pgid,
+        );
+    }
+}
+
+/// Room for the longest record: every field at its longest (a host and a boot id of 255
+/// bytes once sanitised, every number at its largest) takes 762 bytes.
+const RECORD_TEXT_MAX: usize = 768;
+
+/// A record's text, in a buffer on the stack: making a lock file's record allocates
+/// nothing. Every record fits (`RECORD_TEXT_MAX`, checked by the tests at the longest
+/// record).
+struct RecordText {
+    buf: [u8; RECORD_TEXT_MAX],
+    len: usize,
+}
+
+impl RecordText {
+    fn new() -> RecordText {
+        RecordText {
+            buf: [0; RECORD_TEXT_MAX],
+            len: 0,
+        }
+    }
+
+    /// The text.
+    fn as_bytes(&self) -> &[u8] {
+        self.buf.get(..self.len).unwrap_or_default()
+    }
+
+    /// Appends `bytes`; anything that would not fit is left out (the record would then
+    /// not parse, and count as malformed: it cannot happen, see `RECORD_TEXT_MAX`).
+    fn push(&mut self, bytes: &[u8]) {
+        let end = self.len + bytes.len();
+        if let Some(dst) = self.buf.get_mut(self.len..end) {
+            dst.copy_from_slice(bytes);
+            self.len = end;
+        }
+    }
+}
+
+impl std::fmt::Write for RecordText {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let before = self.len;
+        self.push(s.as_bytes());
+        if self.len == before && !s.is_empty() {
+            return Err(std::fmt::Error);
+        }
+        Ok(())
     }
 }
 
@@ -335,12 +443,6 @@ fn fnv1a64_from(mut h: u64, bytes: &[u8]) -> u64 {
 /// Lower-case hexadecimal digits, for the checksum line.
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
-/// Appends `n` in decimal, as `{n}` would, without the formatting machinery.
-fn push_decimal(s: &mut String, n: u64) {
-    // Digits are ASCII: `from_utf8` cannot fail.
-    s.push_str(std::str::from_utf8(decimal(n, &mut [0; 20])).unwrap_or_default());
-}
-
 /// How many record heads a thread keeps: one per kind it makes (a reader's, a writer's,
 /// a queued writer's...) for the pgid it uses, so a few.
 const PREFIXES_KEPT: usize = 4;
@@ -350,7 +452,7 @@ thread_local! {
     static PREFIXES: std::cell::RefCell<Vec<Prefix>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// The lines of a record up to `pgid` (written by [`Holder::write_prefix`]) and the
+/// The lines of a record up to `pgid` (written by [`Record::write_prefix`]) and the
 /// checksum's state after them, with the fields they were made from.
 struct Prefix {
     kind: Kind,
@@ -365,31 +467,31 @@ struct Prefix {
 }
 
 impl Prefix {
-    fn of(h: &Holder) -> Prefix {
+    fn of(r: &Record<'_>) -> Prefix {
         let mut text = String::with_capacity(192);
-        h.write_prefix(&mut text);
+        r.write_prefix(&mut text);
         Prefix {
-            kind: h.kind,
-            host: h.host.clone(),
-            boot_id: h.boot_id.clone(),
-            pidns: h.pidns,
-            pid: h.pid,
-            start: h.start,
-            pgid: h.pgid,
+            kind: r.kind,
+            host: r.host.to_string(),
+            boot_id: r.boot_id.to_string(),
+            pidns: r.pidns,
+            pid: r.pid,
+            start: r.start,
+            pgid: r.pgid,
             sum: fnv1a64(text.as_bytes()),
             text,
         }
     }
 
-    /// Whether this head is the one `h`'s record starts with.
-    fn fits(&self, h: &Holder) -> bool {
-        self.kind == h.kind
-            && self.pid == h.pid
-            && self.pgid == h.pgid
-            && self.start == h.start
-            && self.pidns == h.pidns
-            && self.host == h.host
-            && self.boot_id == h.boot_id
+    /// Whether this head is the one `r`'s record starts with.
+    fn fits(&self, r: &Record<'_>) -> bool {
+        self.kind == r.kind
+            && self.pid == r.pid
+            && self.pgid == r.pgid
+            && self.start == r.start
+            && self.pidns == r.pidns
+            && self.host == r.host
+            && self.boot_id == r.boot_id
     }
 }
 
@@ -499,10 +601,40 @@ mod tests {
             .map(|k| 10u64.pow(k))
             .flat_map(|p| [p - 1, p, p + 1, p.saturating_mul(3)]);
         for n in edges.chain([12_345, u64::from(u32::MAX), u64::MAX - 1, u64::MAX]) {
-            let mut s = String::from("x");
-            push_decimal(&mut s, n);
-            assert_eq!(s, format!("x{n}"));
+            assert_eq!(decimal(n, &mut [0; 20]), n.to_string().as_bytes());
         }
+    }
+
+    #[test]
+    fn the_longest_record_fits_its_buffer() {
+        let h = Holder {
+            kind: Kind::Pending,
+            host: "\u{e9}".repeat(400),
+            boot_id: "b".repeat(400),
+            pidns: u64::MAX,
+            pid: u32::MAX,
+            start: u64::MAX,
+            pgid: u32::MAX,
+            nonce: Uuid::max(),
+            since_ns: u64::MAX,
+            lease_ms: u64::MAX,
+        };
+        let longest = format_reference(&h);
+        assert_eq!(longest.len(), 762);
+        assert!(longest.len() <= RECORD_TEXT_MAX);
+        for kind in [
+            Kind::Read,
+            Kind::Write,
+            Kind::Break,
+            Kind::Token,
+            Kind::Temporary,
+        ] {
+            let h = Holder { kind, ..h.clone() };
+            assert!(format_reference(&h).len() <= longest.len(), "{kind}");
+        }
+        h.record()
+            .with_text(|text| assert_eq!(text, longest.as_bytes()));
+        assert!(Holder::parse(h.format().as_bytes()).is_some());
     }
 
     #[test]

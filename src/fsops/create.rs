@@ -17,7 +17,7 @@ use uuid::Uuid;
 use super::read::AtName;
 use super::{FILE_MODE, StateDir};
 use crate::error::{IoResultExt, Result};
-use crate::holder::Holder;
+use crate::holder::{Holder, Record};
 use crate::names::{LockName, NameText};
 use crate::sys::FileId;
 
@@ -47,13 +47,13 @@ pub(crate) struct Spare {
 }
 
 impl Spare {
-    /// Writes `holder`'s record into the file now, so that the `put` after a wake-up
-    /// only links it. Best effort: if the write fails, the `put` writes again and
-    /// reports the error should it recur.
-    pub(crate) fn write(&mut self, holder: Holder) {
+    /// Writes `record` into the file now, so that the `put` after a wake-up only links
+    /// it. Best effort: if the write fails, the `put` writes again and reports the error
+    /// should it recur.
+    pub(crate) fn write(&mut self, record: &Record<'_>) {
         self.written = None;
-        if self.fill(holder.format().as_bytes()).is_ok() {
-            self.written = Some((holder, Instant::now()));
+        if record.with_text(|text| self.fill(text)).is_ok() {
+            self.written = Some((record.to_holder(), Instant::now()));
         }
     }
 
@@ -88,29 +88,29 @@ pub(super) enum LinkResult {
 }
 
 impl StateDir {
-    /// `put(name)` (docs/protocol.md §2.1): creates `name` with `holder`'s record, atomically,
+    /// `put(name)` (docs/protocol.md §2.1): creates `name` with `record`, atomically,
     /// never overwriting anything. `Ok(None)` if the name is taken.
-    pub(crate) fn put(&self, name: &LockName, holder: &Holder) -> Result<Option<Created>> {
-        self.put_with(name, holder, None)
+    pub(crate) fn put(&self, name: &LockName, record: &Record<'_>) -> Result<Option<Created>> {
+        self.put_with(name, record, None)
     }
 
     /// [`StateDir::put`], using `spare` (from [`StateDir::spare`]) for the file if given.
     pub(crate) fn put_with(
         &self,
         name: &LockName,
-        holder: &Holder,
+        record: &Record<'_>,
         spare: Option<Spare>,
     ) -> Result<Option<Created>> {
         let target = name.text();
         if self.tmpfile.load(Ordering::Relaxed) {
             let want_id = matches!(name, LockName::Master);
-            match self.put_tmpfile(&target, holder, spare, want_id)? {
-                Some(r) => return self.resolve_taken(name, holder, r),
+            match self.put_tmpfile(&target, record, spare, want_id)? {
+                Some(r) => return self.resolve_taken(name, record, r),
                 None => self.tmpfile.store(false, Ordering::Relaxed),
             }
         }
-        let r = self.put_linked(&target, holder.format().as_bytes())?;
-        self.resolve_taken(name, holder, r)
+        let r = record.with_text(|text| self.put_linked(&target, text))?;
+        self.resolve_taken(name, record, r)
     }
 
     /// An anonymous file for a later [`StateDir::put_with`]: `None` where `O_TMPFILE`
@@ -146,7 +146,7 @@ impl StateDir {
     pub(super) fn put_tmpfile(
         &self,
         target: &NameText,
-        holder: &Holder,
+        record: &Record<'_>,
         spare: Option<Spare>,
         want_id: bool,
     ) -> Result<Option<LinkResult>> {
@@ -156,9 +156,16 @@ impl StateDir {
             // its queue file's nonce for the whole wait (V8), and a spare written long
             // ago must be written again, or the file is born with an old mtime (a judge
             // by lease may find it expired) and an old `since`.
-            Some(s) if s.written.as_ref().is_some_and(|(h, _)| h == holder) => (s.file, s.id),
+            Some(s)
+                if s.written
+                    .as_ref()
+                    .is_some_and(|(h, _)| h.record() == *record) =>
+            {
+                (s.file, s.id)
+            }
             Some(mut s) => {
-                s.fill(holder.format().as_bytes())
+                record
+                    .with_text(|text| s.fill(text))
                     .at("write lock file", || self.path.join(target.as_str()))?;
                 (s.file, s.id)
             }
@@ -177,7 +184,8 @@ impl StateDir {
                     }
                 };
                 let mut file = std::fs::File::from(fd);
-                file.write_all(holder.format().as_bytes())
+                record
+                    .with_text(|text| file.write_all(text))
                     .at("write lock file", || self.path.join(target.as_str()))?;
                 // `.master_lock`'s release compares its name with this inode: asking now
                 // takes the `fstat` off the release, which a hand-off waits for.
@@ -279,7 +287,7 @@ impl StateDir {
     pub(super) fn resolve_taken(
         &self,
         name: &LockName,
-        holder: &Holder,
+        record: &Record<'_>,
         r: LinkResult,
     ) -> Result<Option<Created>> {
         match r {
@@ -289,12 +297,12 @@ impl StateDir {
             // A lost race on a remote filesystem can come back as `EPERM` (SFTP v3 has no
             // `EEXIST`), and a reply lost in transit as `EEXIST` for a link that was made:
             // decide by the nonce read back.
-            LinkResult::Exists | LinkResult::Perm => match self.at_name(name, holder.nonce)? {
+            LinkResult::Exists | LinkResult::Perm => match self.at_name(name, record.nonce)? {
                 AtName::Ours(fd) => Ok(Some(Created { fd, id: None })),
                 AtName::Gone if matches!(r, LinkResult::Perm) => {
                     // No race was lost: the filesystem refuses hard links. Create the
                     // name directly (an empty or partial file reads as malformed).
-                    self.put_direct(&name.text(), holder)
+                    self.put_direct(&name.text(), record)
                 }
                 AtName::Other | AtName::Gone | AtName::Unopenable(_) => Ok(None),
             },
@@ -302,7 +310,11 @@ impl StateDir {
     }
 
     /// Fallback for filesystems without hard links: `O_CREAT|O_EXCL` on the name itself.
-    pub(super) fn put_direct(&self, target: &NameText, holder: &Holder) -> Result<Option<Created>> {
+    pub(super) fn put_direct(
+        &self,
+        target: &NameText,
+        record: &Record<'_>,
+    ) -> Result<Option<Created>> {
         let fd = match openat(
             &self.fd,
             target.as_cstr(),
@@ -320,7 +332,8 @@ impl StateDir {
             }
         };
         let mut file = std::fs::File::from(fd);
-        file.write_all(holder.format().as_bytes())
+        record
+            .with_text(|text| file.write_all(text))
             .at("write lock file", || self.path.join(target.as_str()))?;
         Ok(Some(Created {
             fd: file.into(),

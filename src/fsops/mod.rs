@@ -578,7 +578,7 @@ mod tests {
             return; // no O_TMPFILE here: puts make their files themselves
         };
         let ahead = holder(Kind::Read, "host");
-        spare.write(ahead.clone());
+        spare.write(&ahead.record());
         assert_eq!(
             spare.record(Kind::Read, Duration::from_secs(60)),
             Some(&ahead)
@@ -588,18 +588,26 @@ mod tests {
         let a = LockName::Slave {
             uuid: Uuid::new_v4(),
         };
-        assert!(sd.put_with(&a, &ahead, Some(spare)).expect("put").is_some());
+        assert!(
+            sd.put_with(&a, &ahead.record(), Some(spare))
+                .expect("put")
+                .is_some()
+        );
         assert_eq!(record_at(&sd, &a), Some(ahead));
 
         // Written ahead for a longer record, used for another one.
         let mut spare = sd.spare().expect("a second spare");
-        spare.write(holder(Kind::Write, "a-much-longer-host-name"));
+        spare.write(&holder(Kind::Write, "a-much-longer-host-name").record());
         let other = holder(Kind::Break, "h");
         let b = LockName::Break {
             ns: 1,
             uuid: Uuid::new_v4(),
         };
-        assert!(sd.put_with(&b, &other, Some(spare)).expect("put").is_some());
+        assert!(
+            sd.put_with(&b, &other.record(), Some(spare))
+                .expect("put")
+                .is_some()
+        );
         assert_eq!(record_at(&sd, &b), Some(other));
     }
 

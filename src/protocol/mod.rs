@@ -15,7 +15,7 @@ use crate::config::Config;
 use crate::entry::Entry;
 use crate::error::{Error, Result};
 use crate::fsops::{Created, Listing, Renamed, Spare, StateDir};
-use crate::holder::{Holder, Kind};
+use crate::holder::{Holder, Kind, Record};
 use crate::judge::{Judge, Judged};
 use crate::names::LockName;
 use crate::notify::{self, Interest, Removed, Subscription};
@@ -198,12 +198,12 @@ impl<'a> Attempt<'a> {
 
     /// The record for a new file of ours of kind `kind` (V8: a `.master_lock` record
     /// carries our pending file's nonce).
-    fn record(&self, kind: Kind) -> Holder {
-        let mut h = record_of(&self.me, self.cfg, kind);
+    fn record(&self, kind: Kind) -> Record<'_> {
+        let mut r = record_of(&self.me, self.cfg, kind);
         if let (Kind::Write, Some(n)) = (kind, self.queue_nonce.get()) {
-            h.nonce = n;
+            r.nonce = n;
         }
-        h
+        r
     }
 
     /// Whether a record written earlier (a spare's) is the one we would write now.
@@ -232,7 +232,7 @@ impl<'a> Attempt<'a> {
                 .record(kind, SPARE_FRESH / 2)
                 .is_some_and(|h| self.record_fits(h))
             {
-                spares[i].write(self.record(kind));
+                spares[i].write(&self.record(kind));
             }
         }
     }
@@ -461,24 +461,26 @@ impl<'a> Attempt<'a> {
     /// file at a fresh uuid's name) is retried with a new uuid by the caller.
     fn put(&self, name: LockName, kind: Kind) -> Result<Option<Own>> {
         let spare = self.spares.borrow_mut().pop();
-        let holder = match spare
+        let mut record = self.record(kind);
+        // A spare's record, written while we waited, is ours but for its nonce and its
+        // time: those make it the same record, which `put` then need not write again.
+        if let Some(written) = spare
             .as_ref()
             .and_then(|s| s.record(kind, SPARE_FRESH))
             .filter(|h| self.record_fits(h))
         {
-            Some(written) => written.clone(),
-            None => self.record(kind),
-        };
+            (record.nonce, record.since_ns) = (written.nonce, written.since_ns);
+        }
         // The file's mtime is no older than this: set while it is made, or (a spare's)
         // up to SPARE_FRESH before.
         let now = Instant::now();
         let started = now.checked_sub(SPARE_FRESH).unwrap_or(now);
-        Ok(self.sd.put_with(&name, &holder, spare)?.map(|created| Own {
+        Ok(self.sd.put_with(&name, &record, spare)?.map(|created| Own {
             name,
             created,
-            nonce: holder.nonce,
+            nonce: record.nonce,
             queue: None,
-            pid: holder.pid,
+            pid: record.pid,
             touched: parking_lot::Mutex::new(started),
         }))
     }
@@ -519,15 +521,15 @@ impl Drop for Withdraw<'_, '_> {
 
 /// The holder record for a new file of ours.
 pub(crate) fn record(cfg: &Config, kind: Kind) -> Holder {
-    record_of(&sys::identity(), cfg, kind)
+    record_of(&sys::identity(), cfg, kind).to_holder()
 }
 
 /// The holder record for a new file of process `me`.
-fn record_of(me: &Identity, cfg: &Config, kind: Kind) -> Holder {
-    Holder {
+fn record_of<'a>(me: &'a Identity, cfg: &Config, kind: Kind) -> Record<'a> {
+    Record {
         kind,
-        host: me.host.clone(),
-        boot_id: me.boot_id.clone(),
+        host: &me.host,
+        boot_id: &me.boot_id,
         pidns: me.pidns,
         pid: me.pid,
         start: me.start,
