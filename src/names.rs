@@ -50,6 +50,11 @@ pub enum LockName {
 // `parse`, `order_key` and `is_unique` are `pub` for the fuzz harness, as `LockName`.
 #[cfg_attr(not(feature = "fuzzing"), allow(unreachable_pub))]
 impl LockName {
+    /// Whether `name` has a reader's prefix (`.slave_lock-`), well-formed or not.
+    pub(crate) fn is_slave(name: &[u8]) -> bool {
+        name.starts_with(SLAVE.as_bytes())
+    }
+
     /// Parses a directory entry's name. Foreign names give `None`.
     ///
     /// Parsing is strict: uuids must be in lower-case hyphenated form and numbers in

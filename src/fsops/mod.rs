@@ -377,6 +377,17 @@ impl StateDir {
 
     /// One `readdir` of the state directory.
     pub(crate) fn list(&self) -> Result<Listing> {
+        self.list_of(true)
+    }
+
+    /// [`StateDir::list`] without the readers: their markers are skipped by their prefix,
+    /// neither parsed nor kept (`slaves` stays empty). For a reader's own looks (R1, R3),
+    /// which decide by `.master_lock` and the queued writers alone.
+    pub(crate) fn list_writers(&self) -> Result<Listing> {
+        self.list_of(false)
+    }
+
+    fn list_of(&self, readers: bool) -> Result<Listing> {
         #[cfg(test)]
         {
             LISTINGS.with(|n| n.set(n.get() + 1));
@@ -401,6 +412,9 @@ impl StateDir {
         let mut top: Option<(u64, bool)> = None;
         let mut collect = |dir: &mut DirReader| -> Result<usize> {
             dir.for_each(|name, d_type| {
+                if !readers && LockName::is_slave(name) {
+                    return;
+                }
                 if let Some(name) = LockName::parse(name) {
                     if let LockName::Token(n) = name
                         && top.is_none_or(|(m, _)| n > m)
@@ -564,6 +578,42 @@ mod tests {
             Found::File { holder, .. } => holder,
             Found::Gone => panic!("{name} is gone"),
         }
+    }
+
+    /// A reader's listing has what a full one has but the readers: `.master_lock`, the
+    /// queue in order, the tokens, and whether it is one snapshot.
+    #[test]
+    fn a_listing_without_readers_keeps_everything_else() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let Some(sd) = StateDir::open(dir.path(), None, true, None).expect("open") else {
+            panic!("no state directory");
+        };
+        let h = holder(Kind::Read, "host");
+        let mut names = vec![LockName::Master, LockName::Token(7)];
+        for ns in [3, 1, 2] {
+            names.push(LockName::Pending {
+                ns,
+                uuid: Uuid::new_v4(),
+            });
+        }
+        for _ in 0..5 {
+            names.push(LockName::Slave {
+                uuid: Uuid::new_v4(),
+            });
+        }
+        for name in &names {
+            assert!(sd.put(name, &h.record()).expect("put").is_some(), "{name}");
+        }
+        // A foreign name with a reader's prefix is no reader in either listing.
+        std::fs::write(sd.path_of(&LockName::Master).with_file_name(".slave_lock-x"), "")
+            .expect("foreign file");
+        let (full, writers) = (sd.list().expect("list"), sd.list_writers().expect("list"));
+        assert_eq!(full.slaves.len(), 5);
+        assert!(writers.slaves.is_empty());
+        assert!(writers.master && writers.snapshot);
+        assert_eq!(writers.pending, full.pending);
+        assert_eq!(writers.pending.len(), 3);
+        assert_eq!(writers.tokens, vec![7]);
     }
 
     /// A spare written ahead is linked as it is when the `put` is for its record, and

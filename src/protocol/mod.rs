@@ -582,7 +582,7 @@ pub(crate) async fn read_in(
             continue;
         };
         // R3: the decisive check, made after our file exists.
-        let l = match sd.list() {
+        let l = match sd.list_writers() {
             Ok(l) => l,
             Err(e) => {
                 let _ = sd.unlink(&own.close());
@@ -615,7 +615,7 @@ pub(crate) async fn read_in(
 async fn look_before_announcing(at: &mut Attempt<'_>) -> Result<()> {
     loop {
         at.look();
-        let l = at.sd.list()?;
+        let l = at.sd.list_writers()?;
         // Every pending file judged (the dead ones removed, which V5 counts on); the
         // youngest live one is what to wait for.
         let mut youngest = None;
