@@ -48,9 +48,9 @@ pub(crate) struct Held {
     sharers: AtomicUsize,
     /// Whether [`share::offer`] listed the file for joins (withdrawn at the release).
     offered: AtomicBool,
-    /// Set once the file is found gone or replaced, or the watchdog ran out (shared
-    /// with `mark`). Never cleared: the heartbeat stops renewing a lost file.
-    lost: Arc<AtomicBool>,
+    /// Set once the file is found gone or replaced, or the watchdog ran out (read by
+    /// `mark`'s record too). Never cleared: the heartbeat stops renewing a lost file.
+    lost: AtomicBool,
     /// Why it was lost, if the loss has a reason of its own (the watchdog's, or the
     /// error a heartbeat got).
     why: OnceLock<String>,
@@ -86,7 +86,6 @@ fn clock_at(at: Instant) -> u64 {
 impl Held {
     /// A held lock file, held by one guard.
     pub(crate) fn new(sd: Arc<StateDir>, cfg: Arc<Config>, own: Own) -> Arc<Held> {
-        let lost = Arc::new(AtomicBool::new(false));
         // The grant is the first renewal: `touched` is when the last touch of the file
         // (at the grant for a writer, at its creation or while waiting for a reader)
         // started.
@@ -104,7 +103,7 @@ impl Held {
             owner_pid: own.pid,
             sharers: AtomicUsize::new(1),
             offered: AtomicBool::new(false),
-            lost,
+            lost: AtomicBool::new(false),
             why: OnceLock::new(),
             renewed,
             watchdog,
@@ -129,14 +128,9 @@ impl Held {
 
     /// Records the file as held by the calling thread too (the self-deadlock check,
     /// `crate::owned`): each guard taken by a thread carries its own mark.
-    fn mark(&self) -> owned::Mark {
-        owned::Mark::new(
-            &self.sd,
-            self.kind(),
-            self.name,
-            Arc::clone(&self.lost),
-            self.owner_pid,
-        )
+    fn mark(self: &Arc<Self>) -> owned::Mark {
+        let guard: std::sync::Weak<Held> = Arc::downgrade(self);
+        owned::Mark::new(&self.sd, self.kind(), self.name, guard, self.owner_pid)
     }
 
     /// Counts one more guard (or joining read) in, unless the file is already being
@@ -446,6 +440,12 @@ impl Drop for Held {
     }
 }
 
+impl owned::Lost for Held {
+    fn found_lost(&self) -> bool {
+        self.lost.load(Ordering::Relaxed)
+    }
+}
+
 /// The methods both guards have, written once: each delegates to [`Held`]. Arguments:
 /// the guard type, its file as the docs name it, the `DirLock` method that takes it, a
 /// variable name for the examples, and the file as "someone removes ..." names it.
@@ -659,7 +659,7 @@ struct Taken {
 impl Taken {
     /// `by_thread`: taken by the calling thread (the blocking API), which then counts
     /// the guard as its own (`crate::owned`).
-    fn new(held: &Held, by_thread: bool) -> Taken {
+    fn new(held: &Arc<Held>, by_thread: bool) -> Taken {
         Taken {
             mark: by_thread.then(|| held.mark()),
             left: false,

@@ -11,8 +11,8 @@
 //! not count them.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 use std::thread::ThreadId;
 
 use parking_lot::Mutex;
@@ -36,8 +36,15 @@ struct Record {
     /// state directory the guard was taken through, for the message.
     name: LockName,
     dir_path: Arc<Path>,
-    /// Set when the guard finds its file lost.
-    lost: Arc<AtomicBool>,
+    /// The guard's state: whether it found its file lost. Weak: the record does not keep
+    /// the guard's file alive (its last holder releases it), and gone means gone.
+    guard: Weak<dyn Lost>,
+}
+
+/// What a record asks of its guard: whether it found its file lost (gone, or replaced).
+pub(crate) trait Lost: Send + Sync {
+    /// Whether the guard found its file lost: a recorded fact, no system call.
+    fn found_lost(&self) -> bool;
 }
 
 /// The records. A handful at most in any real program: a vector is the fastest map.
@@ -56,14 +63,14 @@ pub(crate) struct Mark {
 
 impl Mark {
     /// Records that the calling thread now holds `kind` (read or write) in the state
-    /// directory `sd`, through the lock file `name`; `lost` is set once it is lost.
+    /// directory `sd`, through the lock file `name`; `guard` says once it is lost.
     /// `pid` is the calling process's (the one in the file's record: an acquisition runs
     /// on one thread, whose process cannot change).
     pub(crate) fn new(
         sd: &StateDir,
         kind: Kind,
         name: LockName,
-        lost: Arc<AtomicBool>,
+        guard: Weak<dyn Lost>,
         pid: u32,
     ) -> Mark {
         let id = NEXT.fetch_add(1, Ordering::Relaxed);
@@ -75,7 +82,7 @@ impl Mark {
             kind,
             name,
             dir_path: sd.shared_path(),
-            lost,
+            guard,
         });
         Mark {
             id,
@@ -135,13 +142,25 @@ fn find(sd: &StateDir, blocks: impl Fn(Kind) -> bool) -> Option<Mine> {
     let thread = std::thread::current().id();
     let pid = crate::sys::pid();
     let dir = sd.id();
+    // The guards looked at are kept alive until the records' lock is released: should
+    // one be dropped meanwhile, the last reference, ours, releases its file, which must
+    // not happen under this lock.
+    let mut looked_at = Vec::new();
     let candidates: Vec<(Kind, LockName, PathBuf)> = records
         .iter()
         .filter(|r| r.dir == dir && r.thread == thread && r.pid == pid && blocks(r.kind))
-        .filter(|r| !r.lost.load(Ordering::Relaxed))
+        .filter(|r| {
+            // A guard already gone is in nobody's way.
+            r.guard.upgrade().is_some_and(|guard| {
+                let lost = guard.found_lost();
+                looked_at.push(guard);
+                !lost
+            })
+        })
         .map(|r| (r.kind, r.name, r.dir_path.join(r.name.text().as_str())))
         .collect();
     drop(records);
+    drop(looked_at);
     // A write guard first: it is the one that explains the wait. A guard whose file is
     // gone (removed by a `cleanup --all`, say) was lost without noticing yet.
     let mut mine: Vec<_> = candidates

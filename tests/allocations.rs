@@ -3,9 +3,12 @@
 //! are not the acquisition's), over many acquire+release pairs after a warm-up.
 //!
 //! A bound, not a timing: before the trim of 2026-12-03 a read made 16 allocations and
-//! 7 reallocations, a write 21 and 5; now both make at most 7 (6 in a directory without
-//! a token file). The bound leaves room for one or two, so that a change of a
-//! dependency does not break it, but not for a regression to the old counts.
+//! 7 reallocations, a write 21 and 5; after it, at most 7 (6 in a directory without a
+//! token file); since 2026-12-05 one, the guard's shared state (the record is written
+//! from a buffer on the stack with the identity borrowed, a reader's listing keeps no
+//! readers, the self-deadlock record points at the guard instead of a flag of its own).
+//! The bound leaves room for one more, so that a change of a dependency does not break
+//! it, but not for a regression to the old counts.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -66,7 +69,7 @@ fn per_call(n: u64, mut op: impl FnMut()) -> (f64, f64) {
     ((a1 - a0) as f64 / n as f64, (r1 - r0) as f64 / n as f64)
 }
 
-const MAX_ALLOCATIONS: f64 = 8.0;
+const MAX_ALLOCATIONS: f64 = 2.0;
 const MAX_REALLOCATIONS: f64 = 1.0;
 
 #[test]

@@ -564,6 +564,44 @@ fn a_guard_of_another_thread_is_waited_for_as_if_another_process_held_it() {
     assert!(lk.status().expect("status").is_free());
 }
 
+/// A guard of this thread found lost (its `.master_lock` removed, then taken by another
+/// holder) stands in nobody's way: the next request waits for the new holder instead of
+/// failing with `WouldDeadlock` on a file that is not ours.
+#[test]
+fn a_guard_found_lost_is_in_nobodys_way() {
+    let dir = tempdir();
+    let lk = lock(dir.path());
+    let w = lk.write().expect("write");
+    std::fs::remove_file(w.path()).expect("someone removes .master_lock");
+    assert!(matches!(w.refresh(), Err(Error::LockLost { .. })));
+    assert!(w.is_lost());
+    // Another thread's writer takes the lock: `.master_lock` is there again, not ours.
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let holder = {
+        let lk = lk.clone();
+        std::thread::spawn(move || {
+            let g = lk.write().expect("write after the loss");
+            ready_tx.send(()).expect("ready");
+            go_rx.recv().expect("release");
+            drop(g);
+        })
+    };
+    ready_rx.recv_timeout(LONG).expect("holder ready");
+    for err in [
+        lk.try_write_for(Duration::from_millis(50)).map(drop),
+        lk.try_read_for(Duration::from_millis(50)).map(drop),
+    ]
+    .map(|r| r.expect_err("the other thread holds the lock"))
+    {
+        assert_eq!(err.kind(), std::io::ErrorKind::TimedOut, "{err:?}");
+    }
+    go_tx.send(()).expect("go");
+    holder.join().expect("holder thread");
+    drop(w);
+    assert!(lk.status().expect("status").is_free());
+}
+
 #[test]
 fn a_moved_guard_counts_as_its_takers_until_released() {
     let dir = tempdir();
