@@ -605,8 +605,12 @@ mod tests {
             assert!(sd.put(name, &h.record()).expect("put").is_some(), "{name}");
         }
         // A foreign name with a reader's prefix is no reader in either listing.
-        std::fs::write(sd.path_of(&LockName::Master).with_file_name(".slave_lock-x"), "")
-            .expect("foreign file");
+        std::fs::write(
+            sd.path_of(&LockName::Master)
+                .with_file_name(".slave_lock-x"),
+            "",
+        )
+        .expect("foreign file");
         let (full, writers) = (sd.list().expect("list"), sd.list_writers().expect("list"));
         assert_eq!(full.slaves.len(), 5);
         assert!(writers.slaves.is_empty());
