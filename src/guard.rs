@@ -801,10 +801,11 @@ impl WriteGuard {
         let name = LockName::Slave {
             uuid: Uuid::new_v4(),
         };
-        let record = protocol::record(&held.cfg, Kind::Read);
+        let me = crate::sys::identity();
+        let record = protocol::record_of(&me, &held.cfg, Kind::Read);
         // The watchdog of the reader's file starts before it exists.
         let started = Instant::now();
-        let created = held.sd.put(&name, &record.record())?;
+        let created = held.sd.put(&name, &record)?;
         let Some(created) = created else {
             return Err(Error::LockLost {
                 path: held.sd.path_of(&name),

@@ -519,13 +519,8 @@ impl Drop for Withdraw<'_, '_> {
     }
 }
 
-/// The holder record for a new file of ours.
-pub(crate) fn record(cfg: &Config, kind: Kind) -> Holder {
-    record_of(&sys::identity(), cfg, kind).to_holder()
-}
-
-/// The holder record for a new file of process `me`.
-fn record_of<'a>(me: &'a Identity, cfg: &Config, kind: Kind) -> Record<'a> {
+/// The holder record for a new file of process `me` (`sys::identity()` for ours).
+pub(crate) fn record_of<'a>(me: &'a Identity, cfg: &Config, kind: Kind) -> Record<'a> {
     Record {
         kind,
         host: &me.host,
