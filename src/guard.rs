@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::fsops::StateDir;
+use crate::fsops::{Kept, StateDir};
 use crate::holder::Kind;
 use crate::names::LockName;
 use crate::owned;
@@ -32,6 +32,9 @@ pub(crate) struct Held {
     fd: Mutex<Option<OwnedFd>>,
     /// `(st_dev, st_ino)` of our file, if known without asking (made from a spare).
     id: Option<FileId>,
+    /// A reader's file: the length of its record, and whether it is the handle's kept
+    /// file ([`StateDir::release_reader`]).
+    kept: Kept,
     /// Descriptors closed at the release, after the removal: those of the token files
     /// [`Held::grant_token`] made by `put` (a local filesystem only).
     spent: Mutex<Vec<OwnedFd>>,
@@ -97,6 +100,7 @@ impl Held {
             name: own.name,
             nonce: own.nonce,
             id: own.created.id,
+            kept: own.created.kept,
             spent: Mutex::new(Vec::new()),
             queue: Mutex::new(own.queue),
             fd: Mutex::new(Some(own.created.fd)),
@@ -131,6 +135,12 @@ impl Held {
     fn mark(self: &Arc<Self>) -> owned::Mark {
         let guard: std::sync::Weak<Held> = Arc::downgrade(self);
         owned::Mark::new(&self.sd, self.kind(), self.name, guard, self.owner_pid)
+    }
+
+    /// Tells this file's handle that reads of this process overlap (see
+    /// [`StateDir::note_crowd`]).
+    pub(crate) fn note_crowd(&self) {
+        self.sd.note_crowd();
     }
 
     /// Counts one more guard (or joining read) in, unless the file is already being
@@ -307,6 +317,15 @@ impl Held {
         if !self.is_lost() {
             let fd = self.fd.lock().take();
             if let Some(fd) = fd {
+                if matches!(self.name, LockName::Slave { .. }) && !self.sd.is_remote() {
+                    // R5: a reader's name is unique: if it is there, it is ours.
+                    let removed = self.sd.release_reader(&self.name, fd, self.id, self.kept)?;
+                    return if removed {
+                        Ok(())
+                    } else {
+                        Err(self.lost_error("the lock file was removed by someone else"))
+                    };
+                }
                 if let Some(released) = self.sd.release_local(&self.name, &fd, self.id) {
                     // The descriptors are closed after the removal: that wakes waiters
                     // sooner.
@@ -337,7 +356,11 @@ impl Held {
         drop(self.fd.lock().take());
         drop(std::mem::take(&mut *self.spent.lock()));
         ours?;
-        match self.sd.unlink(&self.name)? {
+        let removed = self.sd.unlink(&self.name);
+        if let Some(tmp) = self.kept.tmp {
+            self.sd.let_go_kept(&tmp);
+        }
+        match removed? {
             _ if lost => Err(self.lost_before()),
             true => Ok(()),
             false => Err(self.lost_error("the lock file was removed by someone else")),

@@ -557,10 +557,10 @@ impl DirLock {
         // V11: join a reader's file this process holds, if no writer holds or waits; or
         // the file of a read of this process on its way in.
         if let Some(held) = share::join(&sd, &self.cfg)? {
-            return Ok(ReadGuard::joined(held, true));
+            return Ok(joined(&sd, held, true));
         }
         let ticket = match share::board(&sd, &self.cfg, deadline)? {
-            share::Boarding::Joined(held) => return Ok(ReadGuard::joined(held, true)),
+            share::Boarding::Joined(held) => return Ok(joined(&sd, held, true)),
             share::Boarding::Fly(ticket) => Some(ticket),
             share::Boarding::Alone => None,
         };
@@ -681,12 +681,12 @@ impl DirLock {
         // file exists yet.
         tokio::task::consume_budget().await;
         if let Some(held) = share::join(&sd, &self.cfg)? {
-            return Ok(ReadGuard::joined(held, false));
+            return Ok(joined(&sd, held, false));
         }
         // Cancel safe too: a dropped wait for a read on its way in counts itself off (and
         // out of the file, if it was counted in); a dropped read on its way in lands empty.
         let ticket = match share::board_async(&sd, &self.cfg).await? {
-            share::Boarding::Joined(held) => return Ok(ReadGuard::joined(held, false)),
+            share::Boarding::Joined(held) => return Ok(joined(&sd, held, false)),
             share::Boarding::Fly(ticket) => Some(ticket),
             share::Boarding::Alone => None,
         };
@@ -1115,4 +1115,13 @@ pub fn cleanup(dir: impl AsRef<Path>) -> Result<Vec<Entry>> {
 /// ```
 pub fn cleanup_all(dir: impl AsRef<Path>) -> Result<Vec<Entry>> {
     DirLock::new(dir)?.cleanup_all()
+}
+
+/// A read that joined the reader's file `held` of another read of this process (V11):
+/// reads of this process overlap, so the handles of both let their kept files go and
+/// make a file per read for a while (docs/protocol.md §2.1.1).
+fn joined(sd: &StateDir, held: Arc<crate::guard::Held>, by_thread: bool) -> ReadGuard {
+    sd.note_crowd();
+    held.note_crowd();
+    ReadGuard::joined(held, by_thread)
 }

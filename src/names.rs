@@ -55,6 +55,11 @@ impl LockName {
         name.starts_with(SLAVE.as_bytes())
     }
 
+    /// Whether `name` has a temporary file's prefix (`.tmp-`), well-formed or not.
+    pub(crate) fn is_tmp(name: &[u8]) -> bool {
+        name.starts_with(TMP.as_bytes())
+    }
+
     /// Parses a directory entry's name. Foreign names give `None`.
     ///
     /// Parsing is strict: uuids must be in lower-case hyphenated form and numbers in

@@ -597,11 +597,13 @@ impl Subscription<'_> {
 /// What the directory's watch reports once a wait needs it ([`Watcher::widen`]). Every
 /// wait in the protocol ends with a file going away (a writer, a queued writer, a
 /// reader, a breaker): creations never unblock anyone, so they are not watched, and
-/// neither are the names no one waits for (`event`). Lock files go away by `unlink`
-/// only; the one rename, of the fencing token at each write grant, ends no wait, and
-/// watching renames would wake every waiting process at every grant for nothing (issue
-/// #14). A lock file moved away by hand is found by polling.
+/// neither are the names no one waits for (`event`). Lock files go away by `unlink`,
+/// and a reader's file also by the rename that keeps its inode for the next read
+/// (`IN_MOVED_FROM`, docs/protocol.md §2.1.1). The fencing token's rename, at a grant
+/// whose holder asks for its token, reports a name no wait is for: a waiter on this
+/// watch reads it and sleeps on. A lock file moved away by hand is found the same way.
 const WIDE: AddWatchFlags = AddWatchFlags::IN_DELETE
+    .union(AddWatchFlags::IN_MOVED_FROM)
     .union(AddWatchFlags::IN_DELETE_SELF)
     .union(AddWatchFlags::IN_ONLYDIR);
 

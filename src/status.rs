@@ -111,7 +111,7 @@ pub(crate) fn status(sd: Option<&StateDir>, cfg: &Config) -> Result<Status> {
     let Some(sd) = sd else { return Ok(st) };
     let judge = Judge::new(sd, cfg);
     let entry = |name: &LockName| judge.entry(name);
-    let l = sd.list()?;
+    let l = sd.list_all()?;
     st.token = l.tokens.last().copied();
     if l.master {
         st.writer = entry(&LockName::Master)?;

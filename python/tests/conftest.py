@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import queue
 import shutil
+import stat
 import subprocess
 import sys
 import textwrap
@@ -181,12 +182,34 @@ def writer_pid(lock: rwdir.DirLock) -> Optional[int]:
     return w.pid if w else None
 
 
+def kept_by_a_live_process(state: Path, name: str) -> bool:
+    """Whether `name` is a reader's file kept between reads (docs/protocol.md §2.1.1) by
+    a live process: a `.tmp-` regular file with a reader's record whose pid exists. It
+    goes when its DirLock goes, and is no lock."""
+    if not name.startswith(".tmp-"):
+        return False
+    path = state / name
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):  # never open a FIFO
+            return False
+        text = path.read_text()
+    except OSError:
+        return False
+    fields = dict(line.split(" ", 1) for line in text.splitlines() if " " in line)
+    pid = fields.get("pid", "")
+    return fields.get("kind") == "read" and pid.isdigit() and os.path.exists(f"/proc/{pid}")
+
+
 def files(d: Path) -> List[str]:
-    """The lock files in d/.rwdir (token files aside)."""
+    """The lock files in d/.rwdir (token files and live processes' kept files aside)."""
     state = d / ".rwdir"
     if not state.exists():
         return []
-    return sorted(n for n in os.listdir(state) if not n.startswith(".token-"))
+    return sorted(
+        n
+        for n in os.listdir(state)
+        if not n.startswith(".token-") and not kept_by_a_live_process(state, n)
+    )
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 //! name; and the spares a waiter makes ahead of its wake-up.
 
 use std::io::Write as _;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -15,7 +15,7 @@ use nix::unistd::{UnlinkatFlags, linkat, unlinkat};
 use uuid::Uuid;
 
 use super::read::AtName;
-use super::{FILE_MODE, StateDir};
+use super::{FILE_MODE, Kept, StateDir};
 use crate::error::{IoResultExt, Result};
 use crate::holder::{Holder, Record};
 use crate::names::{LockName, NameText};
@@ -29,6 +29,9 @@ pub(crate) struct Created {
     /// `(st_dev, st_ino)` of the file, when it is known without a system call (a file
     /// made from a [`Spare`]): a release then needs no `fstat` before its removal.
     pub(crate) id: Option<FileId>,
+    /// For a reader's file: the length of its record, and whether it is the kept one
+    /// (`park`).
+    pub(crate) kept: Kept,
 }
 
 /// An anonymous file (`O_TMPFILE`) made ahead of time by a waiter, so that the `put`
@@ -80,8 +83,8 @@ impl Spare {
 }
 
 pub(super) enum LinkResult {
-    /// Linked; the file and, if known, its `(st_dev, st_ino)`.
-    Linked(OwnedFd, Option<FileId>),
+    /// Linked; the file, its `(st_dev, st_ino)` if known, and the length of its record.
+    Linked(OwnedFd, Option<FileId>, u64),
     Exists,
     Perm,
     Failed(Errno, PathBuf),
@@ -102,6 +105,13 @@ impl StateDir {
         spare: Option<Spare>,
     ) -> Result<Option<Created>> {
         let target = name.text();
+        if matches!(name, LockName::Slave { .. })
+            && spare.is_none()
+            && self.tmpfile.load(Ordering::Relaxed)
+            && let Some(created) = self.put_kept(&target, record)
+        {
+            return Ok(Some(created));
+        }
         if self.tmpfile.load(Ordering::Relaxed) {
             let want_id = matches!(name, LockName::Master);
             match self.put_tmpfile(&target, record, spare, want_id)? {
@@ -150,7 +160,7 @@ impl StateDir {
         spare: Option<Spare>,
         want_id: bool,
     ) -> Result<Option<LinkResult>> {
-        let (file, id) = match spare {
+        let (file, id, len) = match spare {
             // Written while waiting, with this very record (see `Attempt::put`). The
             // whole record, not only its nonce: a writer's `.master_lock` records share
             // its queue file's nonce for the whole wait (V8), and a spare written long
@@ -161,13 +171,13 @@ impl StateDir {
                     .as_ref()
                     .is_some_and(|(h, _)| h.record() == *record) =>
             {
-                (s.file, s.id)
+                (s.file, s.id, s.len)
             }
             Some(mut s) => {
                 record
                     .with_text(|text| s.fill(text))
                     .at("write lock file", || self.path.join(target.as_str()))?;
-                (s.file, s.id)
+                (s.file, s.id, s.len)
             }
             None => {
                 let fd = match self.open_tmpfile() {
@@ -184,8 +194,8 @@ impl StateDir {
                     }
                 };
                 let mut file = std::fs::File::from(fd);
-                record
-                    .with_text(|text| file.write_all(text))
+                let len = record
+                    .with_text(|text| file.write_all(text).map(|()| text.len() as u64))
                     .at("write lock file", || self.path.join(target.as_str()))?;
                 // `.master_lock`'s release compares its name with this inode: asking now
                 // takes the `fstat` off the release, which a hand-off waits for.
@@ -193,7 +203,7 @@ impl StateDir {
                     .then(|| fstat(&file).ok())
                     .flatten()
                     .map(|st| FileId::of(&st));
-                (file, id)
+                (file, id, len)
             }
         };
         let linked = match self.link_anonymous(&file, target) {
@@ -201,7 +211,7 @@ impl StateDir {
             None => return Ok(None),
         };
         Ok(Some(match linked {
-            Ok(()) => LinkResult::Linked(file.into(), id),
+            Ok(()) => LinkResult::Linked(file.into(), id, len),
             Err(Errno::EEXIST) => LinkResult::Exists,
             Err(Errno::EPERM) => LinkResult::Perm,
             Err(e) => LinkResult::Failed(e, self.path.join(target.as_str())),
@@ -212,7 +222,7 @@ impl StateDir {
     /// where allowed, else through `/proc/self/fd/N`. `None`: neither is possible here.
     pub(super) fn link_anonymous(
         &self,
-        file: &std::fs::File,
+        file: &(impl AsFd + AsRawFd),
         target: &NameText,
     ) -> Option<nix::Result<()>> {
         if self.empty_path.load(Ordering::Relaxed) {
@@ -274,7 +284,7 @@ impl StateDir {
         let _ = unlinkat(&self.fd, tmp.as_str(), UnlinkatFlags::NoRemoveDir);
         written.at("write temporary file", || self.path.join(&tmp))?;
         Ok(match linked {
-            Ok(()) => LinkResult::Linked(file.into(), None),
+            Ok(()) => LinkResult::Linked(file.into(), None, content.len() as u64),
             Err(Errno::EEXIST) => LinkResult::Exists,
             Err(Errno::EPERM) => LinkResult::Perm,
             Err(e) => LinkResult::Failed(e, self.path.join(target.as_str())),
@@ -291,14 +301,22 @@ impl StateDir {
         r: LinkResult,
     ) -> Result<Option<Created>> {
         match r {
-            LinkResult::Linked(fd, id) => Ok(Some(Created { fd, id })),
+            LinkResult::Linked(fd, id, len) => Ok(Some(Created {
+                fd,
+                id,
+                kept: Kept { tmp: None, len },
+            })),
             LinkResult::Exists if !self.is_remote() => Ok(None),
             LinkResult::Failed(e, path) => Err(self.denied_create("create lock file", path, e)),
             // A lost race on a remote filesystem can come back as `EPERM` (SFTP v3 has no
             // `EEXIST`), and a reply lost in transit as `EEXIST` for a link that was made:
             // decide by the nonce read back.
             LinkResult::Exists | LinkResult::Perm => match self.at_name(name, record.nonce)? {
-                AtName::Ours(fd) => Ok(Some(Created { fd, id: None })),
+                AtName::Ours(fd) => Ok(Some(Created {
+                    fd,
+                    id: None,
+                    kept: Kept::UNKNOWN,
+                })),
                 AtName::Gone if matches!(r, LinkResult::Perm) => {
                     // No race was lost: the filesystem refuses hard links. Create the
                     // name directly (an empty or partial file reads as malformed).
@@ -338,6 +356,7 @@ impl StateDir {
         Ok(Some(Created {
             fd: file.into(),
             id: None,
+            kept: Kept::UNKNOWN,
         }))
     }
 }

@@ -22,10 +22,12 @@ use crate::sys::{self, DirReader, FileId};
 mod create;
 mod denied;
 mod own;
+mod park;
 mod read;
 
 pub(crate) use create::{Created, Spare};
 use denied::{denied_create_state, denied_open_state};
+pub(crate) use park::Kept;
 pub(crate) use read::Found;
 use read::file_type;
 
@@ -79,6 +81,8 @@ pub(crate) struct StateDir {
     /// acquisition through this handle found the directory free at its decisive listing
     /// (R3). Only then does the next one announce itself without R1's listing.
     readers_free: AtomicBool,
+    /// A reader's file kept between reads (`park`).
+    park: park::Park,
 }
 
 #[cfg(test)]
@@ -119,6 +123,9 @@ pub struct Listing {
     pub tmps: Vec<LockName>,
     /// Fencing-token numbers, sorted.
     pub tokens: Vec<u64>,
+    /// How many readers' files the listing showed: `slaves.len()`, or in a listing
+    /// without the readers ([`StateDir::list_writers`]) their count.
+    pub(crate) readers: usize,
     /// Whether the directory entry of the highest token said "regular file" (`DT_REG`):
     /// only such a token is renamed to the next number (see `allocate_token`).
     pub(crate) top_token_regular: bool,
@@ -276,6 +283,7 @@ impl StateDir {
                         stream: parking_lot::Mutex::new(None),
                         writers_absent: AtomicBool::new(true),
                         readers_free: AtomicBool::new(false),
+                        park: park::Park::default(),
                     }));
                 }
                 Err(Errno::ENOENT) if create => {
@@ -375,19 +383,28 @@ impl StateDir {
         }
     }
 
-    /// One `readdir` of the state directory.
+    /// One `readdir` of the state directory, for the protocol: temporary files (`.tmp-`,
+    /// a reader's file kept between reads among them, `park`) are skipped by their
+    /// prefix (`tmps` stays empty); no step of the protocol reads them.
     pub(crate) fn list(&self) -> Result<Listing> {
-        self.list_of(true)
+        self.list_of(true, false)
+    }
+
+    /// [`StateDir::list`] with the temporary files: for `status` and cleanup.
+    pub(crate) fn list_all(&self) -> Result<Listing> {
+        self.list_of(true, true)
     }
 
     /// [`StateDir::list`] without the readers: their markers are skipped by their prefix,
-    /// neither parsed nor kept (`slaves` stays empty). For a reader's own looks (R1, R3),
-    /// which decide by `.master_lock` and the queued writers alone.
+    /// neither parsed nor kept (`slaves` stays empty), only counted. For a reader's own
+    /// looks (R1, R3), which decide by `.master_lock` and the queued writers alone. The
+    /// temporary files are in it until this handle has swept the dead processes' kept
+    /// files (`protocol::read_in`).
     pub(crate) fn list_writers(&self) -> Result<Listing> {
-        self.list_of(false)
+        self.list_of(false, !self.swept())
     }
 
-    fn list_of(&self, readers: bool) -> Result<Listing> {
+    fn list_of(&self, readers: bool, tmps: bool) -> Result<Listing> {
         #[cfg(test)]
         {
             LISTINGS.with(|n| n.set(n.get() + 1));
@@ -413,6 +430,10 @@ impl StateDir {
         let mut collect = |dir: &mut DirReader| -> Result<usize> {
             dir.for_each(|name, d_type| {
                 if !readers && LockName::is_slave(name) {
+                    l.readers += 1;
+                    return;
+                }
+                if !tmps && LockName::is_tmp(name) {
                     return;
                 }
                 if let Some(name) = LockName::parse(name) {
@@ -449,6 +470,9 @@ impl StateDir {
         } else {
             collect(&mut open()?)?
         };
+        if readers {
+            l.readers = l.slaves.len();
+        }
         l.sort();
         l.top_token_regular = top.is_some_and(|(_, regular)| regular);
         l.snapshot = batches <= 1 && !self.is_remote();

@@ -16,7 +16,7 @@ use crate::wait::{Deadline, block_on};
 pub(crate) fn cleanup(sd: &StateDir, cfg: &Config, dry_run: bool) -> Result<Vec<Entry>> {
     let mut removed = Vec::new();
     let judge = Judge::new(sd, cfg);
-    let l = sd.list()?;
+    let l = sd.list_all()?;
     let unique = l
         .slaves
         .iter()
@@ -61,7 +61,7 @@ pub(crate) fn cleanup(sd: &StateDir, cfg: &Config, dry_run: bool) -> Result<Vec<
 /// A1: removes every lock file, keeping the highest token.
 pub(crate) fn cleanup_all(sd: &StateDir, cfg: &Config, dry_run: bool) -> Result<Vec<Entry>> {
     let mut removed = Vec::new();
-    let l = sd.list()?;
+    let l = sd.list_all()?;
     let top = l.tokens.last().copied();
     let names = l
         .master

@@ -580,10 +580,14 @@ pub(crate) async fn read_in(
         let l = match sd.list_writers() {
             Ok(l) => l,
             Err(e) => {
-                let _ = sd.unlink(&own.close());
+                let _ = withdraw_reader(at.sd, own);
                 return Err(e);
             }
         };
+        sd.note_readers(l.readers);
+        if !sd.swept() {
+            sweep_kept(&at, &l);
+        }
         let free = !l.master && l.pending.is_empty();
         // Only a snapshot arms the hint: where listings take several calls (a big state
         // directory), a hinted read would announce and withdraw every time.
@@ -591,7 +595,7 @@ pub(crate) async fn read_in(
         if free && (!skipped || l.snapshot) {
             return Ok(own);
         }
-        sd.unlink(&own.close())?;
+        withdraw_reader(at.sd, own)?;
         if skipped {
             // Back to R1, which decides whether to wait, and for whom.
             continue;
@@ -603,6 +607,27 @@ pub(crate) async fn read_in(
             Interest::WRITERS
         };
         at.pause(&[]).await?;
+    }
+}
+
+/// R5 for a reader's file `own`, whether a guard holds it or a read withdraws it (R3
+/// found a writer): the file is removed, or its inode kept for the next read through this
+/// handle (docs/protocol.md §2.1.1). `Ok(false)` if the name was already gone.
+fn withdraw_reader(sd: &StateDir, own: Own) -> Result<bool> {
+    let name = own.name;
+    sd.release_reader(&name, own.created.fd, own.created.id, own.created.kept)
+}
+
+/// Removes the kept readers' files (`.tmp-` names, docs/protocol.md §2.1.1) of dead
+/// processes found by `l`, the first reader's listing through this handle: a process
+/// that read more than once and exited without dropping its `DirLock` (or was killed)
+/// leaves one behind. Best effort: a file it cannot judge or remove is left to the
+/// next handle and to `cleanup`.
+fn sweep_kept(at: &Attempt<'_>, l: &crate::fsops::Listing) {
+    at.sd.set_swept();
+    let mine = at.sd.kept_name();
+    for tmp in l.tmps.iter().filter(|t| Some(**t) != mine) {
+        let _ = at.judge.unlink_if_dead(tmp);
     }
 }
 

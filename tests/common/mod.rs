@@ -87,8 +87,16 @@ pub fn state(dir: &Path) -> PathBuf {
     dir.join(".rwdir")
 }
 
-/// The sorted names in the state directory (empty if it does not exist).
+/// The sorted names in the state directory (empty if it does not exist), without the
+/// readers' files kept between reads by live processes ([`kept_by_a_live_process`]).
 pub fn names(state_dir: &Path) -> Vec<String> {
+    let mut v = all_names(state_dir);
+    v.retain(|n| !kept_by_a_live_process(state_dir, n));
+    v
+}
+
+/// The sorted names in the state directory (empty if it does not exist), all of them.
+pub fn all_names(state_dir: &Path) -> Vec<String> {
     let Ok(rd) = fs::read_dir(state_dir) else {
         return Vec::new();
     };
@@ -102,6 +110,30 @@ pub fn names(state_dir: &Path) -> Vec<String> {
         .collect();
     v.sort();
     v
+}
+
+/// Whether `name` in the state directory is a reader's file kept between reads
+/// (docs/protocol.md §2.1.1) by a process that is alive: a `.tmp-` regular file holding
+/// a reader's record whose pid exists. It goes when its `DirLock` is dropped, and is no
+/// lock: tests that look for what is left behind pass over it.
+pub fn kept_by_a_live_process(state_dir: &Path, name: &str) -> bool {
+    if !name.starts_with(".tmp-") {
+        return false;
+    }
+    let path = state_dir.join(name);
+    // Never open what is not a regular file (a FIFO would block).
+    if !fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_file()) {
+        return false;
+    }
+    let Ok(text) = fs::read_to_string(&path) else {
+        return false;
+    };
+    let field = |k: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(k)?.strip_prefix(' ').map(str::to_string))
+    };
+    field("kind").as_deref() == Some("read")
+        && field("pid").is_some_and(|pid| Path::new("/proc").join(pid).exists())
 }
 
 /// The names in the state directory that are not fencing tokens.
