@@ -241,3 +241,24 @@ fn a_forked_child_leaves_its_parents_kept_file_alone() {
         all_names(&state(dir.path()))
     );
 }
+
+#[test]
+fn a_kept_file_removed_by_someone_else_is_let_go_and_the_read_goes_on() {
+    let dir = tempdir();
+    let lk = lock(dir.path());
+    read_once(&lk);
+    read_once(&lk);
+    let kept = tmps(dir.path());
+    assert_eq!(kept.len(), 1);
+    // `rwdir cleanup --all`, or a judge by lease in another pid namespace.
+    fs::remove_file(state(dir.path()).join(&kept[0])).expect("remove the kept file");
+    let r = lk.read().expect("a read whose kept file is gone makes one of its own");
+    assert_eq!(lk.status().expect("status").readers.len(), 1);
+    r.release().expect("release");
+    let again = tmps(dir.path());
+    assert_eq!(again.len(), 1, "that read's file is kept in its place");
+    assert_ne!(again, kept);
+    let r = lk.read().expect("read");
+    assert_eq!(reader_ino(dir.path()), ino(dir.path(), &again[0]));
+    r.release().expect("release");
+}

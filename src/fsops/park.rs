@@ -167,8 +167,22 @@ impl StateDir {
             self.let_go(p);
             return None;
         };
-        match self.link_anonymous(&p.fd, target) {
-            Some(Ok(())) => Some(Created {
+        // Not through `link_anonymous`, which takes an `ENOENT` of `AT_EMPTY_PATH` for a
+        // refusal of the flag: here it may only mean that the inode lost its last name.
+        let linked = if self.empty_path.load(Ordering::Relaxed) {
+            nix::unistd::linkat(
+                &p.fd,
+                c"",
+                &self.fd,
+                target.as_cstr(),
+                nix::fcntl::AtFlags::AT_EMPTY_PATH,
+            )
+        } else {
+            self.link_anonymous(&p.fd, target)
+                .unwrap_or(Err(Errno::ENOSYS))
+        };
+        match linked {
+            Ok(()) => Some(Created {
                 fd: p.fd,
                 id: p.id,
                 kept: Kept {
@@ -195,7 +209,9 @@ impl StateDir {
         id: Option<FileId>,
         kept: Kept,
     ) -> Result<bool> {
-        let again = self.park.released.swap(true, Ordering::Relaxed);
+        // Read first: a store at every release would bounce the line between threads.
+        let again = self.park.released.load(Ordering::Relaxed)
+            || self.park.released.swap(true, Ordering::Relaxed);
         let keep = again && !self.is_remote() && !self.crowded();
         let pid = sys::pid();
         if let Some(tmp) = kept.tmp {
@@ -214,29 +230,26 @@ impl StateDir {
             }
             return removed;
         }
-        let tmp = LockName::Tmp {
-            uuid: Uuid::new_v4(),
-        };
-        let reserved = keep && self.renames.load(Ordering::Relaxed) && {
+        // The name is drawn only when the file is kept: most releases keep nothing.
+        let reserved = if keep && self.renames.load(Ordering::Relaxed) {
             let mut slot = self.park.slot.lock();
-            match &*slot {
-                Slot::Empty => {
-                    *slot = Slot::Busy { tmp, pid };
-                    true
-                }
+            let free = match &*slot {
+                Slot::Empty => true,
                 // A forked child's copy of its parent's kept file: forgotten here.
-                Slot::Idle(p) if p.pid != pid => {
-                    *slot = Slot::Busy { tmp, pid };
-                    true
-                }
-                Slot::Busy { pid: had, .. } if *had != pid => {
-                    *slot = Slot::Busy { tmp, pid };
-                    true
-                }
-                _ => false,
-            }
+                Slot::Idle(p) => p.pid != pid,
+                Slot::Busy { pid: had, .. } => *had != pid,
+            };
+            free.then(|| {
+                let tmp = LockName::Tmp {
+                    uuid: Uuid::new_v4(),
+                };
+                *slot = Slot::Busy { tmp, pid };
+                tmp
+            })
+        } else {
+            None
         };
-        if !reserved {
+        let Some(tmp) = reserved else {
             if self.is_remote() {
                 // Closed before the unlink: NFS would leave a `.nfsXXXX` file behind.
                 drop(fd);
@@ -245,7 +258,7 @@ impl StateDir {
             let removed = self.unlink(name);
             drop(fd);
             return removed;
-        }
+        };
         let (from, to) = (name.text(), tmp.text());
         match renameat2(
             &self.fd,
