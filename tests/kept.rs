@@ -51,6 +51,21 @@ fn read_once(lk: &DirLock) {
     lk.read().expect("read").release().expect("release");
 }
 
+/// Asserts that the state directory holds no `.tmp-` file: `why`.
+fn assert_none_kept(dir: &Path, why: &str) {
+    assert!(tmps(dir).is_empty(), "{why}: {:?}", all_names(&state(dir)));
+}
+
+/// A handle of `dir` that has read twice, and the name of the file it keeps since.
+fn keeping(dir: &Path) -> (DirLock, String) {
+    let lk = lock(dir);
+    read_once(&lk);
+    read_once(&lk);
+    let kept = tmps(dir);
+    assert_eq!(kept.len(), 1, "{:?}", all_names(&state(dir)));
+    (lk, kept[0].clone())
+}
+
 #[test]
 fn a_handle_that_reads_again_keeps_one_file_and_its_drop_removes_it() {
     let dir = tempdir();
@@ -58,11 +73,7 @@ fn a_handle_that_reads_again_keeps_one_file_and_its_drop_removes_it() {
     // A handle that has read once keeps nothing: a process that reads once leaves
     // nothing behind, however it exits.
     read_once(&lk);
-    assert!(
-        tmps(dir.path()).is_empty(),
-        "{:?}",
-        all_names(&state(dir.path()))
-    );
+    assert_none_kept(dir.path(), "a handle that has read once keeps nothing");
     read_once(&lk);
     let kept = tmps(dir.path());
     assert_eq!(kept.len(), 1, "the second release keeps the file");
@@ -98,10 +109,7 @@ fn a_handle_that_reads_again_keeps_one_file_and_its_drop_removes_it() {
 #[test]
 fn a_read_that_meets_another_reader_lets_the_kept_file_go() {
     let dir = tempdir();
-    let lk = lock(dir.path());
-    read_once(&lk);
-    read_once(&lk);
-    assert_eq!(tmps(dir.path()).len(), 1);
+    let (lk, _) = keeping(dir.path());
     // Another reader, with a file of its own (no sharing between the two handles).
     let other = DirLock::builder(dir.path())
         .share_readers(false)
@@ -109,20 +117,13 @@ fn a_read_that_meets_another_reader_lets_the_kept_file_go() {
         .expect("lock");
     let held = other.read().expect("other read");
     read_once(&lk);
-    assert!(
-        tmps(dir.path()).is_empty(),
-        "the read that met another lets its file go: {:?}",
-        all_names(&state(dir.path()))
-    );
+    assert_none_kept(dir.path(), "the read that met another lets its file go");
     held.release().expect("release");
     // Alone again: a file per read for 256 reads (`park::CROWD`) after the one that
     // met another reader, then kept again.
     for i in 1..256 {
         read_once(&lk);
-        assert!(
-            tmps(dir.path()).is_empty(),
-            "read {i} after the crowded one"
-        );
+        assert_none_kept(dir.path(), &format!("read {i} after the crowded one"));
     }
     read_once(&lk);
     assert_eq!(
@@ -149,9 +150,9 @@ fn a_dead_processs_kept_file_is_removed_by_the_next_handles_first_read() {
     assert!(!kept_by_a_live_process(&state(dir.path()), &kept[0]));
     let lk = lock(dir.path());
     let r = lk.read().expect("read");
-    assert!(
-        tmps(dir.path()).is_empty(),
-        "the first read through a handle removes a dead process's kept file"
+    assert_none_kept(
+        dir.path(),
+        "the first read through a handle removes a dead process's kept file",
     );
     r.release().expect("release");
 }
@@ -194,12 +195,8 @@ fn a_forked_child_leaves_its_parents_kept_file_alone() {
     use nix::sys::wait::{WaitStatus, waitpid};
     use nix::unistd::{ForkResult, fork};
     let dir = tempdir();
-    let lk = lock(dir.path());
-    read_once(&lk);
-    read_once(&lk);
-    let kept = tmps(dir.path());
-    assert_eq!(kept.len(), 1);
-    let before = ino(dir.path(), &kept[0]);
+    let (lk, kept) = keeping(dir.path());
+    let before = ino(dir.path(), &kept);
     // SAFETY: the child only reads through the lock and leaves with `_exit`.
     match unsafe { fork() }.expect("fork") {
         ForkResult::Child => {
@@ -215,12 +212,12 @@ fn a_forked_child_leaves_its_parents_kept_file_alone() {
         }
     }
     assert!(
-        tmps(dir.path()).contains(&kept[0]),
+        tmps(dir.path()).contains(&kept),
         "the parent's kept file is still there"
     );
-    assert_eq!(ino(dir.path(), &kept[0]), before);
+    assert_eq!(ino(dir.path(), &kept), before);
     assert!(
-        kept_by_a_live_process(&state(dir.path()), &kept[0]),
+        kept_by_a_live_process(&state(dir.path()), &kept),
         "it still holds the parent's record: the child wrote nothing into it"
     );
     let r = lk.read().expect("read");
@@ -235,29 +232,23 @@ fn a_forked_child_leaves_its_parents_kept_file_alone() {
     // handle's first read removes it.
     let lk = lock(dir.path());
     read_once(&lk);
-    assert!(
-        tmps(dir.path()).is_empty(),
-        "{:?}",
-        all_names(&state(dir.path()))
-    );
+    assert_none_kept(dir.path(), "the child's kept file is removed");
 }
 
 #[test]
 fn a_kept_file_removed_by_someone_else_is_let_go_and_the_read_goes_on() {
     let dir = tempdir();
-    let lk = lock(dir.path());
-    read_once(&lk);
-    read_once(&lk);
-    let kept = tmps(dir.path());
-    assert_eq!(kept.len(), 1);
+    let (lk, kept) = keeping(dir.path());
     // `rwdir cleanup --all`, or a judge by lease in another pid namespace.
-    fs::remove_file(state(dir.path()).join(&kept[0])).expect("remove the kept file");
-    let r = lk.read().expect("a read whose kept file is gone makes one of its own");
+    fs::remove_file(state(dir.path()).join(&kept)).expect("remove the kept file");
+    let r = lk
+        .read()
+        .expect("a read whose kept file is gone makes one of its own");
     assert_eq!(lk.status().expect("status").readers.len(), 1);
     r.release().expect("release");
     let again = tmps(dir.path());
     assert_eq!(again.len(), 1, "that read's file is kept in its place");
-    assert_ne!(again, kept);
+    assert_ne!(again[0], kept);
     let r = lk.read().expect("read");
     assert_eq!(reader_ino(dir.path()), ino(dir.path(), &again[0]));
     r.release().expect("release");

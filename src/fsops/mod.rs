@@ -543,18 +543,10 @@ impl StateDir {
     /// anything else that stops the rename (another user's token in a sticky state
     /// directory): the caller then makes `to` with `put`.
     pub(crate) fn rename_token(&self, from: u64, to: u64) -> Renamed {
-        use nix::fcntl::{RenameFlags, renameat2};
         if !self.renames_tokens() {
             return Renamed::Unsupported;
         }
-        let (from, to) = (LockName::Token(from).text(), LockName::Token(to).text());
-        match renameat2(
-            &self.fd,
-            from.as_cstr(),
-            &self.fd,
-            to.as_cstr(),
-            RenameFlags::RENAME_NOREPLACE,
-        ) {
+        match self.rename_noreplace(&LockName::Token(from), &LockName::Token(to)) {
             Ok(()) => Renamed::Done,
             Err(Errno::EEXIST) => Renamed::Taken,
             Err(Errno::ENOENT) => Renamed::Missing,
@@ -564,6 +556,20 @@ impl StateDir {
             }
             Err(_) => Renamed::Unsupported,
         }
+    }
+
+    /// `renameat2(from, to, RENAME_NOREPLACE)` within the state directory: never replaces
+    /// what is at `to` (`EEXIST`), never follows a symlink at either name.
+    pub(crate) fn rename_noreplace(&self, from: &LockName, to: &LockName) -> nix::Result<()> {
+        use nix::fcntl::{RenameFlags, renameat2};
+        let (from, to) = (from.text(), to.text());
+        renameat2(
+            &self.fd,
+            from.as_cstr(),
+            &self.fd,
+            to.as_cstr(),
+            RenameFlags::RENAME_NOREPLACE,
+        )
     }
 
     /// The open state directory.

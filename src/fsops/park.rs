@@ -14,7 +14,6 @@ use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use nix::errno::Errno;
-use nix::fcntl::{RenameFlags, renameat2};
 use nix::unistd::{UnlinkatFlags, unlinkat};
 use parking_lot::Mutex;
 use uuid::Uuid;
@@ -259,14 +258,7 @@ impl StateDir {
             drop(fd);
             return removed;
         };
-        let (from, to) = (name.text(), tmp.text());
-        match renameat2(
-            &self.fd,
-            from.as_cstr(),
-            &self.fd,
-            to.as_cstr(),
-            RenameFlags::RENAME_NOREPLACE,
-        ) {
+        match self.rename_noreplace(name, &tmp) {
             Ok(()) => {
                 *self.park.slot.lock() = Slot::Idle(Parked {
                     fd,
