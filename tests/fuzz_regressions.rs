@@ -210,6 +210,41 @@ fn harness_a_duplicate_name_keeps_the_first_entry() {
     });
 }
 
+/// Harness: a lock that reads again keeps its reader's file between reads
+/// (docs/protocol.md §2.1.1), a `.tmp-` file the harness must not report as left
+/// behind; the lock's drop removes it (the CI run of `3db91bd`).
+#[test]
+fn harness_a_lock_that_reads_again_keeps_its_file() {
+    scan(ScanInput {
+        state: StateSpec::Dir,
+        entries: Vec::new(),
+        ops: vec![
+            Op::TryRead { hold: false },
+            Op::TryRead { hold: false },
+            Op::TryRead { hold: false },
+            Op::TryRead { hold: true },
+        ],
+    });
+}
+
+/// Harness: a planted `.tmp-` file holding a reader's record of this process is not the
+/// lock's kept file (crash-1b54bf41f487bfa5a9e1dade1ad2761253633971).
+#[test]
+fn harness_a_planted_tmp_file_of_ours_is_not_a_kept_file() {
+    scan(ScanInput {
+        state: StateSpec::Dir,
+        entries: vec![entry(
+            NameSpec::Lock(NameFields::Tmp { uuid: 1 }),
+            NodeSpec::File(ContentSpec::Record(RecordSpec {
+                kind: 0,
+                ..record(Place::SameHost, Who::Me)
+            })),
+            MtimeSpec::Fresh,
+        )],
+        ops: vec![Op::Status],
+    });
+}
+
 /// Not a failure: one case of every kind of entry, kept as a smoke test of the harness.
 #[test]
 fn every_kind_of_entry() {

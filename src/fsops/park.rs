@@ -4,8 +4,9 @@
 //! neither creates an inode nor frees one (about half of its kernel time on tmpfs).
 //!
 //! Only while reads come alone: when a read's decisive listing (R3) shows another
-//! reader's file, this handle makes a file per read again for the next [`CROWD`] reads,
-//! and lets its kept file go. Reads that meet keep their directory's lock busy between
+//! reader's file, or a read joins another read's file of this process (V11), this
+//! handle makes a file per read again for the next [`CROWD`] reads, and lets its kept
+//! file go. Reads that meet keep their directory's lock busy between
 //! `linkat`, `getdents64` and `unlink`; without the inode's creation and removal in
 //! between, two processes reading in a tight loop met on that lock at every read and
 //! slept on it, at half the reads per second of a file per read (§20).

@@ -124,9 +124,17 @@ impl Scanner {
             );
         }
         let ours: Vec<PathBuf> = guards.paths();
+        let mut kept = 0;
         for name in self.names() {
             let path = self.state.join(OsStr::from_bytes(&name));
             if planted.iter().any(|p| p.path == path && p.present()) || ours.contains(&path) {
+                continue;
+            }
+            // The reader's file our lock keeps between reads (docs/protocol.md §2.1.1):
+            // one at most, and gone with the lock (`kept_files`).
+            if self.kept_by_us(&name) {
+                kept += 1;
+                assert!(kept <= 1, "{what}: more than one kept reader's file");
                 continue;
             }
             let token =
@@ -138,6 +146,33 @@ impl Scanner {
             );
         }
         self.check_victims();
+    }
+
+    /// Whether `name` is a reader's file kept between reads by this process: a `.tmp-`
+    /// regular file holding a reader's record with our pid.
+    fn kept_by_us(&self, name: &[u8]) -> bool {
+        if !matches!(LockName::parse(name), Some(LockName::Tmp { .. })) {
+            return false;
+        }
+        let path = self.state.join(OsStr::from_bytes(name));
+        if !fs::symlink_metadata(&path).is_ok_and(|m| m.is_file()) {
+            return false;
+        }
+        let text = fs::read_to_string(&path).unwrap_or_default();
+        let pid = format!("pid {}", std::process::id());
+        text.lines().any(|l| l == "kind read") && text.lines().any(|l| l == pid)
+    }
+
+    /// How many readers' files kept by this process the state directory holds, the
+    /// planted entries aside (a planted `.tmp-` file may hold a record of ours).
+    pub(super) fn kept_files(&self, planted: &[Planted]) -> usize {
+        self.names()
+            .iter()
+            .filter(|n| {
+                let path = self.state.join(OsStr::from_bytes(n));
+                !planted.iter().any(|p| p.path == path) && self.kept_by_us(n)
+            })
+            .count()
     }
 
     pub(super) fn check_victims(&self) {

@@ -339,6 +339,11 @@ impl Scanner {
         self.check_files(&planted, &guards, &minted, "end");
         self.check_victims();
         drop(lock);
+        assert_eq!(
+            self.kept_files(&planted),
+            0,
+            "the lock's drop removes its kept file"
+        );
         self.reset();
     }
 
