@@ -88,13 +88,11 @@ impl StateDir {
     /// Counts a read in: `readers` is how many readers' files its decisive listing
     /// showed, its own included.
     pub(crate) fn note_readers(&self, readers: usize) {
-        let crowd = &self.park.crowd;
         if readers > 1 {
-            if crowd.load(Ordering::Relaxed) != CROWD {
-                crowd.store(CROWD, Ordering::Relaxed);
-            }
-        } else if crowd.load(Ordering::Relaxed) > 0 {
-            let _ = crowd.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| c.checked_sub(1));
+            self.note_crowd();
+        } else if self.crowded() {
+            let _ = (self.park.crowd)
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| c.checked_sub(1));
         }
     }
 
