@@ -309,6 +309,9 @@ impl Held {
                 }
             }
         };
+        // Now that the files are gone and the next owner woken: the directory's watch
+        // this thread's last wait for `.master_lock` left.
+        crate::notify::let_go_lingering();
         done.and(left)
     }
 

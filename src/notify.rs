@@ -41,14 +41,30 @@
 //! removed while its watch was being made can leave a watch that never reports
 //! ([`Subscription::still_there`]).
 //!
+//! Except for `.master_lock`: a blocking wait for it watches the state directory's
+//! removals on the thread's own instance, and sleeps through every name but that one.
+//! A watch of a file is torn down with its inode, inside the releasing `unlink` or
+//! `close`, and on the benchmark machine that cost a hand-off 15-20 µs: the holder's
+//! `fstatat` + `unlink` took 22-24 µs with a watch on the file against 7-8 µs with one
+//! on the directory (`docs/probes/handoff_floor.c`; docs/notes/handoff.md). While
+//! `.master_lock` is held, the other lock files that go are few (readers leaving while
+//! a writer waits for them to drain, a writer that gives up its place in the queue, a
+//! fencing token's rename): a waiter reads such an event and sleeps on, as the issue's
+//! "a process whose waiters are not concerned reads the event and stays asleep" has it.
+//! The queued writers behind the first still watch their predecessors' files, so a
+//! grant wakes no more processes than before. The directory's watch is not removed on
+//! the waiter's way in, but later: by the thread's next wait that needs another watch,
+//! or after its next release ([`let_go_lingering`]). Waits of the async API keep
+//! watching the file.
+//!
 //! Instances are a per-user resource (`fs.inotify.max_user_instances`, 128 by default,
 //! shared by every program of the user), so a process makes them only when a wait needs
 //! one, and keeps few: the watchers of at most [`IDLE_WATCHERS`] state directories no one
 //! in it waits on, and instances of their own for at most [`OWN_INSTANCES`] threads (the
 //! others wait on the shared watch). Where none can be made, waits poll.
 //!
-//! A reader's wait on one file is quiet ([`Subscription::quiet`]): it watches for the
-//! file's deletion (`IN_DELETE_SELF`, raised when its last reference goes) instead of
+//! A reader's wait on one file (a queued writer's) is quiet ([`Subscription::quiet`]):
+//! it watches for the file's deletion (`IN_DELETE_SELF`, raised when its last reference goes) instead of
 //! `IN_ATTRIB`, which `unlink` raises while it holds the state directory's lock. A
 //! release unlinks its file while holding it open and closes it right after, so a herd
 //! of readers wakes once that lock is free, instead of piling up on it behind the
@@ -487,9 +503,66 @@ pub(crate) struct Subscription<'d> {
     kept: Mutex<Option<(LockName, u64, WatchDescriptor)>>,
     /// Whether a wait on one file sleeps through `IN_ATTRIB` ([`Subscription::quiet`]).
     quiet: AtomicBool,
+    /// The state directory's identity, for the watch a wait for `.master_lock` leaves
+    /// on the thread's own instance ([`OwnInstance::lingering`]).
+    key: FileId,
 }
 
 impl Subscription<'_> {
+    /// Waits on watch `wd` of the state directory (`DIR_REMOVALS`) until an event says
+    /// that the name `name` went away (its file was there when the watch was made, see
+    /// `wait_on`), `until` comes, or `owner` (a pidfd) becomes readable. Removals of
+    /// other names, and events of other watches of the instance, are read and slept
+    /// through. An overflow of the queue, or the directory's own removal, ends the wait
+    /// as a removal that is not certain: the caller looks. `None` if `ppoll` failed.
+    fn wait_named(
+        &self,
+        inotify: &Inotify,
+        (name, wd): (&str, WatchDescriptor),
+        until: Option<Instant>,
+        owner: Option<BorrowedFd<'_>>,
+    ) -> Option<FileWait> {
+        use std::os::unix::ffi::OsStrExt as _;
+        let unsure = |unwatched| FileWait::Gone {
+            certain: false,
+            unwatched,
+        };
+        loop {
+            match wait_readable(inotify, owner, until)? {
+                Ready::Timeout => return Some(FileWait::Timeout),
+                Ready::Owner => return Some(FileWait::OwnerExited),
+                Ready::Inotify => {}
+            }
+            // A failed read reports nothing: taken for a removal (look again).
+            let Ok(events) = inotify.read_events() else {
+                return Some(unsure(false));
+            };
+            for e in &events {
+                if e.mask.contains(AddWatchFlags::IN_Q_OVERFLOW) {
+                    return Some(unsure(false));
+                }
+                if e.wd != wd {
+                    continue;
+                }
+                if e.mask.contains(AddWatchFlags::IN_IGNORED) {
+                    return Some(unsure(true));
+                }
+                if e.mask.contains(AddWatchFlags::IN_DELETE_SELF) {
+                    return Some(unsure(false));
+                }
+                if e.name
+                    .as_ref()
+                    .is_some_and(|n| n.as_bytes() == name.as_bytes())
+                {
+                    return Some(FileWait::Gone {
+                        certain: true,
+                        unwatched: false,
+                    });
+                }
+            }
+        }
+    }
+
     /// Waits on watch `wd` of one file (`IN_DELETE_SELF`, `IN_MOVE_SELF`, and `IN_ATTRIB`
     /// unless the wait is quiet) until the file `name`, inode `ino` when the watch was
     /// made, is gone, `until` comes, or `owner` (a pidfd) becomes readable: its process
@@ -607,6 +680,13 @@ const WIDE: AddWatchFlags = AddWatchFlags::IN_DELETE
     .union(AddWatchFlags::IN_DELETE_SELF)
     .union(AddWatchFlags::IN_ONLYDIR);
 
+/// What a wait for `.master_lock` watches in the state directory (see
+/// `Subscription::wait_on`): the removals of names, and the directory's own.
+const DIR_REMOVALS: AddWatchFlags = AddWatchFlags::IN_DELETE
+    .union(AddWatchFlags::IN_MOVED_FROM)
+    .union(AddWatchFlags::IN_DELETE_SELF)
+    .union(AddWatchFlags::IN_ONLYDIR);
+
 /// How long the first wait for a new owner lasts at most (see `wait_on`).
 const FIRST_WAIT: Duration = Duration::from_millis(10);
 
@@ -676,6 +756,12 @@ struct OwnInstance {
     /// descriptor, which is the parent's instance, and must make its own (it would
     /// otherwise read, and so take, the parent's events).
     pid: u32,
+    /// The watch of a state directory (by its identity) that the thread's last wait for
+    /// `.master_lock` there left in place when the file went: removing it right after
+    /// the wake-up would cost the waiter that call on its way in. It is removed by the
+    /// thread's next wait that needs another watch, or by its next release
+    /// ([`let_go_lingering`]); a next wait for `.master_lock` there reuses it.
+    lingering: std::cell::Cell<Option<(FileId, WatchDescriptor)>>,
 }
 
 impl OwnInstance {
@@ -687,7 +773,11 @@ impl OwnInstance {
             return None;
         }
         match new_instance() {
-            Ok(inotify) => Some(OwnInstance { inotify, pid }),
+            Ok(inotify) => Some(OwnInstance {
+                inotify,
+                pid,
+                lingering: std::cell::Cell::new(None),
+            }),
             Err(_) => {
                 OWN_LIVE.fetch_sub(1, Ordering::SeqCst);
                 None
@@ -704,7 +794,7 @@ impl Drop for OwnInstance {
 
 /// Runs `f` on the calling thread's own instance, made now if it has none yet and one
 /// can be made; `None` if there is none (then the shared watch serves).
-fn with_own<R>(f: impl FnOnce(&Inotify) -> Option<R>) -> Option<R> {
+fn with_own<R>(f: impl FnOnce(&OwnInstance) -> Option<R>) -> Option<R> {
     OWN.try_with(|own| {
         let mut own = own.try_borrow_mut().ok()?;
         let pid = sys::pid();
@@ -713,10 +803,27 @@ fn with_own<R>(f: impl FnOnce(&Inotify) -> Option<R>) -> Option<R> {
             *own = None;
             *own = OwnInstance::new(pid);
         }
-        f(&own.as_ref()?.inotify)
+        f(own.as_ref()?)
     })
     .ok()
     .flatten()
+}
+
+/// Removes the watch of a state directory that the calling thread's last wait for
+/// `.master_lock` left on its own instance ([`OwnInstance::lingering`]), if any, and
+/// what it queued. Called after a release, once the files are gone and the next owner
+/// woken: a thread that does not wait again would otherwise have every removal in that
+/// directory queued on its instance for the rest of its life.
+pub(crate) fn let_go_lingering() {
+    let pid = sys::pid();
+    let _ = OWN.try_with(|own| {
+        if let Ok(own) = own.try_borrow()
+            && let Some(own) = own.as_ref().filter(|o| o.pid == pid)
+            && let Some((_, wd)) = own.lingering.take()
+        {
+            unwatch(&own.inotify, wd);
+        }
+    });
 }
 
 impl Subscription<'_> {
@@ -792,18 +899,44 @@ impl Subscription<'_> {
         if !removed.is_nothing() {
             return Some(removed);
         }
-        with_own(|inotify| self.wait_on(inotify, name, gone, until))
+        with_own(|own| self.wait_on(own, name, gone, until))
     }
 
-    /// [`Subscription::wait_for_file`] on the thread's own `inotify`.
+    /// [`Subscription::wait_for_file`] on the thread's own instance `own`.
+    ///
+    /// A wait for `.master_lock` watches the state directory's removals (`IN_DELETE`,
+    /// `IN_MOVED_FROM`) on that instance, and ends only at one of that name; a wait for
+    /// any other file watches the file itself (see `wait_gone`). The difference is the
+    /// cost of a hand-off: a watch of the file is torn down when its inode goes, and on
+    /// the benchmark machine that made the releasing `unlink` (or `close`) and the
+    /// wake-up 15-20 µs slower than with the directory's watch
+    /// (`docs/probes/handoff_floor.c`, modes 5-8 against 2; docs/notes/handoff.md). The
+    /// directory's watch would wake a waiter for every removal there, which is what
+    /// one-file watches are for: but while `.master_lock` is waited for, no other lock
+    /// file goes away in the usual course (the writers queued behind it wait, and the
+    /// readers have left), so the waiter sleeps on. The queued writers behind the first
+    /// one keep watching their predecessors' files, and are not woken by a grant.
     fn wait_on(
         &self,
-        inotify: &Inotify,
+        own: &OwnInstance,
         name: LockName,
         gone: Removed,
         until: Option<Instant>,
     ) -> Option<Removed> {
+        let inotify = &own.inotify;
         let file = name.to_string();
+        let by_dir = name == LockName::Master;
+        // The directory's watch the last wait for `.master_lock` left: reused by this
+        // wait if it is one in the same directory, removed otherwise (it would wake a
+        // wait on one file for every removal in the directory).
+        let mut reused = false;
+        if let Some((key, wd)) = own.lingering.take() {
+            if by_dir && key == self.key {
+                reused = true;
+            } else {
+                unwatch(inotify, wd);
+            }
+        }
         let kept = self.kept.lock().take();
         let (ino, wd) = match kept {
             // The last wait ran out on this file with nothing seen, and no look came
@@ -813,25 +946,34 @@ impl Subscription<'_> {
                 if let Some((_, _, wd)) = other {
                     unwatch(inotify, wd);
                 }
-                let path = format!("{}/{name}", self.dir_link);
                 // The inode watched, to tell a removal from a touch (see `wait_gone`).
                 let ino = match self.ino_of(&file) {
                     Ok(ino) => ino,
                     Err(Errno::ENOENT) => return Some(gone | Removed::GONE),
                     Err(_) => return None,
                 };
-                let mut mask = AddWatchFlags::IN_DELETE_SELF
-                    | AddWatchFlags::IN_MOVE_SELF
-                    | AddWatchFlags::IN_DONT_FOLLOW;
-                if !self.quiet.load(Ordering::Relaxed) {
-                    mask |= AddWatchFlags::IN_ATTRIB;
-                }
+                let (path, mask) = if by_dir {
+                    (self.dir_link.clone(), DIR_REMOVALS)
+                } else {
+                    let mut mask = AddWatchFlags::IN_DELETE_SELF
+                        | AddWatchFlags::IN_MOVE_SELF
+                        | AddWatchFlags::IN_DONT_FOLLOW;
+                    if !self.quiet.load(Ordering::Relaxed) {
+                        mask |= AddWatchFlags::IN_ATTRIB;
+                    }
+                    (format!("{}/{name}", self.dir_link), mask)
+                };
                 let wd = match inotify.add_watch(path.as_str(), mask) {
                     Ok(wd) => wd,
                     // Gone since the listing.
                     Err(Errno::ENOENT) => return Some(gone | Removed::GONE),
                     Err(_) => return None,
                 };
+                if reused {
+                    // The same watch (one per inode and instance): what it queued since
+                    // the last wait came before the look below, which settles it.
+                    drain(inotify);
+                }
                 #[cfg(test)]
                 if LOSE_WATCH.with(|l| l.replace(false)) {
                     // What the kernel did (`still_there`): the file went while the watch
@@ -905,7 +1047,11 @@ impl Subscription<'_> {
                 .as_ref()
                 .filter(|(had, _)| owner == Some(*had))
                 .map(|(_, fd)| fd.as_fd());
-            let r = self.wait_gone(inotify, (&file, ino, wd), until, fd);
+            let r = if by_dir {
+                self.wait_named(inotify, (&file, wd), until, fd)
+            } else {
+                self.wait_gone(inotify, (&file, ino, wd), until, fd)
+            };
             if r == Some(FileWait::Timeout) {
                 self.covered.store(covered, Ordering::Relaxed);
             }
@@ -929,6 +1075,9 @@ impl Subscription<'_> {
         } else if self.covered() {
             // Likely to wait on the same file again without a look: keep the watch.
             *self.kept.lock() = Some((name, ino, wd));
+        } else if by_dir {
+            // Not now, on the waiter's way in: see `OwnInstance::lingering`.
+            own.lingering.set(Some((self.key, wd)));
         } else {
             unwatch(inotify, wd);
         }
@@ -1648,6 +1797,11 @@ fn wait_readable(
 /// clean.
 fn unwatch(inotify: &Inotify, wd: WatchDescriptor) {
     let _ = inotify.rm_watch(wd);
+    drain(inotify);
+}
+
+/// Discards what is queued on the thread's own instance.
+fn drain(inotify: &Inotify) {
     while inotify.read_events().is_ok_and(|e| !e.is_empty()) {}
 }
 
@@ -1731,6 +1885,7 @@ pub(crate) fn subscribe_to(dir: BorrowedFd<'_>, key: FileId) -> Subscription<'_>
         met: Mutex::new(None),
         kept: Mutex::new(None),
         quiet: AtomicBool::new(false),
+        key,
     }
 }
 
@@ -2291,5 +2446,114 @@ mod tests {
             [Event::Removed(LockName::Master)],
             "the check read the leader's event"
         );
+    }
+
+    /// The watch that the calling thread's last wait for `.master_lock` left on its own
+    /// instance, if any.
+    fn lingering() -> Option<(FileId, WatchDescriptor)> {
+        OWN.with(|own| own.borrow().as_ref().and_then(|o| o.lingering.get()))
+    }
+
+    /// Removes `path` from another thread, 50 ms after the wait has started.
+    fn remove_soon(
+        path: std::path::PathBuf,
+    ) -> (crossbeam_channel::Sender<()>, std::thread::JoinHandle<()>) {
+        let (started_tx, started_rx) = crossbeam_channel::bounded(0);
+        let remover = std::thread::spawn(move || {
+            started_rx.recv().expect("started");
+            std::thread::sleep(Duration::from_millis(50));
+            std::fs::remove_file(path).expect("remove");
+        });
+        (started_tx, remover)
+    }
+
+    /// A wait for `.master_lock` watches the state directory, not the file: it wakes at
+    /// the `unlink` even while someone holds the file open, and sleeps through the
+    /// removal of other names. A quiet wait (a reader's) on the file itself would wake
+    /// only at the last close (`a_quiet_wait_wakes_at_the_last_close_of_the_file`).
+    #[test]
+    fn a_wait_for_master_wakes_at_its_unlink_and_sleeps_through_other_removals() {
+        let slave = ".slave_lock-0e18a3fe-e080-418f-922d-b61347e980a5";
+        let (dir, fd) = dir_with(&[".master_lock", slave]);
+        let sub = subscribe(fd.as_fd()).expect("inotify available");
+        sub.quiet(true);
+        sub.concerns(Interest::MASTER, None);
+        let (start, remover) = remove_soon(dir.path().join(slave));
+        start.send(()).expect("start");
+        assert_eq!(
+            sub.wait(Duration::from_millis(300)),
+            Removed::NOTHING,
+            "a reader's file went, and the wait for .master_lock ended"
+        );
+        remover.join().expect("remover");
+        let path = dir.path().join(".master_lock");
+        let held = std::fs::File::open(&path).expect("open");
+        let (started_tx, started_rx) = crossbeam_channel::bounded(0);
+        let remover = std::thread::spawn(move || {
+            started_rx.recv().expect("started");
+            std::thread::sleep(Duration::from_millis(50));
+            std::fs::remove_file(path).expect("remove");
+            std::thread::sleep(Duration::from_millis(200));
+            let closed = Instant::now();
+            drop(held);
+            closed
+        });
+        sub.concerns(Interest::MASTER, None);
+        started_tx.send(()).expect("start");
+        let removed = sub.wait(Duration::from_secs(30));
+        let woke = Instant::now();
+        let closed = remover.join().expect("remover");
+        assert_eq!(removed, Removed::MASTER | Removed::GONE);
+        assert!(woke < closed, "woken only at the close, not by the unlink");
+    }
+
+    /// The directory's watch that a wait for `.master_lock` leaves in place (so as not
+    /// to remove it on the waiter's way in) does not wake the thread's next wait on one
+    /// file when another name goes, and a release lets it go.
+    #[test]
+    fn the_watch_a_wait_for_master_leaves_wakes_no_later_wait_and_goes_at_a_release() {
+        let slave = ".slave_lock-0e18a3fe-e080-418f-922d-b61347e980a5";
+        let other = ".slave_lock-0e18a3fe-e080-418f-922d-b61347e980a6";
+        let ahead = ".pending_lock-0e18a3fe-e080-418f-922d-b61347e980a7-1";
+        let (dir, fd) = dir_with(&[".master_lock", slave, other, ahead]);
+        let sub = subscribe(fd.as_fd()).expect("inotify available");
+        let wait_for_master = || {
+            sub.concerns(Interest::MASTER, None);
+            let (start, remover) = remove_soon(dir.path().join(".master_lock"));
+            start.send(()).expect("start");
+            assert_eq!(
+                sub.wait(Duration::from_secs(30)),
+                Removed::MASTER | Removed::GONE
+            );
+            remover.join().expect("remover");
+            assert!(lingering().is_some(), "the directory's watch was removed");
+        };
+        wait_for_master();
+        // A queued writer's wait on its predecessor's file, while a reader leaves.
+        sub.concerns(
+            Interest::only(LockName::parse(ahead.as_bytes()).expect("a name")),
+            None,
+        );
+        let (start, remover) = remove_soon(dir.path().join(slave));
+        start.send(()).expect("start");
+        assert_eq!(
+            sub.wait(Duration::from_millis(300)),
+            Removed::NOTHING,
+            "the removal of a reader's file woke a wait for a queued writer's"
+        );
+        remover.join().expect("remover");
+        assert_eq!(lingering(), None);
+        // Once more, then a release: nothing of the directory is queued any more.
+        std::fs::write(dir.path().join(".master_lock"), b"x").expect("write");
+        wait_for_master();
+        let_go_lingering();
+        assert_eq!(lingering(), None);
+        std::fs::remove_file(dir.path().join(other)).expect("remove");
+        let queued = OWN.with(|own| {
+            let own = own.borrow();
+            let own = own.as_ref().expect("the thread's own instance");
+            own.inotify.read_events().unwrap_or_default().len()
+        });
+        assert_eq!(queued, 0, "the directory's removals are still queued");
     }
 }

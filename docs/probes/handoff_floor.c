@@ -19,6 +19,18 @@
  * MODE 4: MODE 2, but the waiter watches IN_CLOSE_WRITE instead of removals, so that it is
  *         woken by the holder's close after the unlink (outside the directory's lock),
  *         not from inside the unlink.
+ * MODE 5: MODE 2, but the waiter watches the file itself (IN_DELETE_SELF | IN_MOVE_SELF),
+ *         made before each wait, and the holder closes its descriptor before the unlink:
+ *         the inode, and the watch with it, go inside the unlink.
+ * MODE 6: MODE 2, the waiter watching the file for IN_ATTRIB (which the unlink raises),
+ *         the holder closing after the unlink: rwdir's writer waiting for .master_lock
+ *         until 2026-12-05 (the watch goes at the holder's close).
+ * MODE 7: MODE 2, the waiter watching the file for IN_DELETE_SELF, the holder closing
+ *         after the unlink: rwdir's reader waiting for .master_lock until 2026-12-05
+ *         (woken at the close).
+ * MODE 8: MODE 2 (the directory's watch), the holder closing before the unlink: the
+ *         inode goes inside the unlink as in MODE 5, with no watch on it.
+ * The line also gives "wake": the median time from t to the waiter's return from ppoll.
  * PIN=1 runs the holder on CPU 0 and the waiter on CPU 1. BATCH=1 makes the waiter
  * SCHED_BATCH, so that its wake-up does not preempt the holder. */
 #define _GNU_SOURCE
@@ -58,10 +70,11 @@ int main(int argc, char **argv) {
     if (getenv("BATCH")) { struct sched_param sp0 = {0}; sched_setscheduler(0, SCHED_BATCH, &sp0); }
     int dfd = open(D, O_RDONLY | O_DIRECTORY);
     int in = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-    inotify_add_watch(in, D, mode == 4 ? IN_CLOSE_WRITE : IN_DELETE | IN_MOVED_FROM);
+    int on_file = mode >= 5 && mode <= 7;
+    if (!on_file) inotify_add_watch(in, D, mode == 4 ? IN_CLOSE_WRITE : IN_DELETE | IN_MOVED_FROM);
     char ev[4096], db[32768], c = 1;
     for (int i = 0; i < N; i++) {
-      uint64_t t1; char g;
+      uint64_t t1, tw = 0; char g;
       if (read(go[0], &g, 1) != 1) _exit(1);
       if (mode == 0) {
         int fd = open("f", O_RDONLY);
@@ -77,10 +90,12 @@ int main(int argc, char **argv) {
         }
         lseek(dfd, 0, SEEK_SET);
         while (read(in, ev, sizeof ev) > 0) {}
+        if (on_file) inotify_add_watch(in, D "/master", (mode == 6 ? IN_ATTRIB : IN_DELETE_SELF | IN_MOVE_SELF) | IN_DONT_FOLLOW);
         if (write(ready[1], &c, 1) != 1) _exit(1);
         struct pollfd p = {in, POLLIN, 0};
         struct timespec to = {1, 0};
         ppoll(&p, 1, &to, NULL);
+        tw = now();
         if (read(in, ev, sizeof ev) < 0) _exit(1);
         if (mode >= 2) linkat(sp, "", dfd, "grant", AT_EMPTY_PATH);
         if (mode == 3) {
@@ -92,11 +107,11 @@ int main(int argc, char **argv) {
         close(sp);
         if (pend >= 0) close(pend);
       }
-      if (write(result[1], &t1, 8) != 8) _exit(1);
+      if (write(result[1], &t1, 8) != 8 || write(result[1], &tw, 8) != 8) _exit(1);
     }
     _exit(0);
   }
-  uint64_t d[N], rel[N];
+  uint64_t d[N], rel[N], wk[N];
   pin(0);
   srand(1);
   for (int i = 0; i < N; i++) {
@@ -109,15 +124,23 @@ int main(int argc, char **argv) {
     nanosleep(&s, NULL);
     uint64_t t0 = now(), t1;
     if (mode == 0) close(hfd);
-    else { struct stat st; fstatat(AT_FDCWD, "master", &st, AT_SYMLINK_NOFOLLOW); unlink("master"); }
+    else {
+      if (mode == 5 || mode == 8) close(hfd);
+      struct stat st; fstatat(AT_FDCWD, "master", &st, AT_SYMLINK_NOFOLLOW); unlink("master");
+    }
     rel[i] = now() - t0;
-    if (mode != 0) close(hfd);
-    if (read(result[0], &t1, 8) != 8) return 1;
+    if (mode != 0 && mode != 5 && mode != 8) close(hfd);
+    uint64_t tw;
+    if (read(result[0], &t1, 8) != 8 || read(result[0], &tw, 8) != 8) return 1;
+    wk[i] = tw - t0;
     d[i] = t1 - t0;
   }
   waitpid(w, NULL, 0);
   qsort(d, N, 8, cmp);
   qsort(rel, N, 8, cmp);
-  printf("mode %d median %.1f p90 %.1f release %.1f\n", mode, d[N / 2] / 1000.0, d[N * 9 / 10] / 1000.0, rel[N / 2] / 1000.0);
+  qsort(wk, N, 8, cmp);
+  printf("mode %d median %.1f p90 %.1f release %.1f", mode, d[N / 2] / 1000.0, d[N * 9 / 10] / 1000.0, rel[N / 2] / 1000.0);
+  if (mode != 0) printf(" wake %.1f", wk[N / 2] / 1000.0);
+  printf("\n");
   return 0;
 }
