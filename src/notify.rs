@@ -760,7 +760,9 @@ struct OwnInstance {
     /// `.master_lock` there left in place when the file went: removing it right after
     /// the wake-up would cost the waiter that call on its way in. It is removed by the
     /// thread's next wait that needs another watch, or by its next release
-    /// ([`let_go_lingering`]); a next wait for `.master_lock` there reuses it.
+    /// ([`let_go_lingering`]); a next wait for `.master_lock` there reuses it. Until
+    /// then the directory's removals queue on the instance: at most the kernel's
+    /// `max_queued_events` (16,384 by default), after which it queues one overflow.
     lingering: std::cell::Cell<Option<(FileId, WatchDescriptor)>>,
 }
 
