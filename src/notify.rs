@@ -2347,6 +2347,28 @@ mod tests {
         (dir, fd, path, name)
     }
 
+    /// Once told to start: waits 50 ms, removes `path`, waits 200 ms more, then closes
+    /// `held` (a descriptor of that file) and returns when it did.
+    fn remove_then_close(
+        path: std::path::PathBuf,
+        held: std::fs::File,
+    ) -> (
+        crossbeam_channel::Sender<()>,
+        std::thread::JoinHandle<Instant>,
+    ) {
+        let (started_tx, started_rx) = crossbeam_channel::bounded(0);
+        let remover = std::thread::spawn(move || {
+            started_rx.recv().expect("started");
+            std::thread::sleep(Duration::from_millis(50));
+            std::fs::remove_file(path).expect("remove");
+            std::thread::sleep(Duration::from_millis(200));
+            let closed = Instant::now();
+            drop(held);
+            closed
+        });
+        (started_tx, remover)
+    }
+
     /// A quiet wait (a reader's) on one file wakes when the file's last reference goes,
     /// not at the `unlink` (which raises `IN_ATTRIB` inside the directory's lock): a file
     /// unlinked while someone holds it open wakes the waiter only at the close. A touch
@@ -2378,16 +2400,7 @@ mod tests {
         // Unlinked while held open: the wait goes on through the unlink, and ends at
         // the close.
         let held = std::fs::File::open(&path).expect("open");
-        let (started_tx, started_rx) = crossbeam_channel::bounded(0);
-        let remover = std::thread::spawn(move || {
-            started_rx.recv().expect("started");
-            std::thread::sleep(Duration::from_millis(50));
-            std::fs::remove_file(path).expect("remove");
-            std::thread::sleep(Duration::from_millis(200));
-            let closed = Instant::now();
-            drop(held);
-            closed
-        });
+        let (started_tx, remover) = remove_then_close(path, held);
         sub.concerns(Interest::only(name), None);
         started_tx.send(()).expect("start");
         let start = Instant::now();
@@ -2456,6 +2469,18 @@ mod tests {
         OWN.with(|own| own.borrow().as_ref().and_then(|o| o.lingering.get()))
     }
 
+    /// Asserts that a 300 ms wait of `sub` runs out while another thread removes `path`.
+    fn sleeps_through_the_removal_of(sub: &Subscription<'_>, path: std::path::PathBuf, why: &str) {
+        let (start, remover) = remove_soon(path);
+        start.send(()).expect("start");
+        assert_eq!(
+            sub.wait(Duration::from_millis(300)),
+            Removed::NOTHING,
+            "{why}"
+        );
+        remover.join().expect("remover");
+    }
+
     /// Removes `path` from another thread, 50 ms after the wait has started.
     fn remove_soon(
         path: std::path::PathBuf,
@@ -2480,26 +2505,14 @@ mod tests {
         let sub = subscribe(fd.as_fd()).expect("inotify available");
         sub.quiet(true);
         sub.concerns(Interest::MASTER, None);
-        let (start, remover) = remove_soon(dir.path().join(slave));
-        start.send(()).expect("start");
-        assert_eq!(
-            sub.wait(Duration::from_millis(300)),
-            Removed::NOTHING,
-            "a reader's file went, and the wait for .master_lock ended"
+        sleeps_through_the_removal_of(
+            &sub,
+            dir.path().join(slave),
+            "a reader's file went, and the wait for .master_lock ended",
         );
-        remover.join().expect("remover");
         let path = dir.path().join(".master_lock");
         let held = std::fs::File::open(&path).expect("open");
-        let (started_tx, started_rx) = crossbeam_channel::bounded(0);
-        let remover = std::thread::spawn(move || {
-            started_rx.recv().expect("started");
-            std::thread::sleep(Duration::from_millis(50));
-            std::fs::remove_file(path).expect("remove");
-            std::thread::sleep(Duration::from_millis(200));
-            let closed = Instant::now();
-            drop(held);
-            closed
-        });
+        let (started_tx, remover) = remove_then_close(path, held);
         sub.concerns(Interest::MASTER, None);
         started_tx.send(()).expect("start");
         let removed = sub.wait(Duration::from_secs(30));
@@ -2536,14 +2549,11 @@ mod tests {
             Interest::only(LockName::parse(ahead.as_bytes()).expect("a name")),
             None,
         );
-        let (start, remover) = remove_soon(dir.path().join(slave));
-        start.send(()).expect("start");
-        assert_eq!(
-            sub.wait(Duration::from_millis(300)),
-            Removed::NOTHING,
-            "the removal of a reader's file woke a wait for a queued writer's"
+        sleeps_through_the_removal_of(
+            &sub,
+            dir.path().join(slave),
+            "the removal of a reader's file woke a wait for a queued writer's",
         );
-        remover.join().expect("remover");
         assert_eq!(lingering(), None);
         // Once more, then a release: nothing of the directory is queued any more.
         std::fs::write(dir.path().join(".master_lock"), b"x").expect("write");
