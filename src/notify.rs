@@ -44,8 +44,8 @@
 //! Except for `.master_lock`: a blocking wait for it watches the state directory's
 //! removals on the thread's own instance, and sleeps through every name but that one.
 //! A watch of a file is torn down with its inode, inside the releasing `unlink` or
-//! `close`, and on the benchmark machine that cost a hand-off 15-20 µs: the holder's
-//! `fstatat` + `unlink` took 22-24 µs with a watch on the file against 7-8 µs with one
+//! `close`, and on the benchmark machine that cost a hand-off 11-20 µs: the holder's
+//! `fstatat` + `unlink` took 22-25 µs with a watch on the file against 9-12 µs with one
 //! on the directory (`docs/probes/handoff_floor.c`; docs/notes/handoff.md). While
 //! `.master_lock` is held, the other lock files that go are few (readers leaving while
 //! a writer waits for them to drain, a writer that gives up its place in the queue, a
@@ -64,12 +64,13 @@
 //! others wait on the shared watch). Where none can be made, waits poll.
 //!
 //! A reader's wait on one file (a queued writer's) is quiet ([`Subscription::quiet`]):
-//! it watches for the file's deletion (`IN_DELETE_SELF`, raised when its last reference goes) instead of
-//! `IN_ATTRIB`, which `unlink` raises while it holds the state directory's lock. A
-//! release unlinks its file while holding it open and closes it right after, so a herd
-//! of readers wakes once that lock is free, instead of piling up on it behind the
-//! releasing process (docs/notes/contention.md §11). A file kept open by another process
-//! past its removal is found gone by a look at its name every `QUIET_CHECK`.
+//! it watches for the file's deletion (`IN_DELETE_SELF`, raised when its last
+//! reference goes) instead of `IN_ATTRIB`, which `unlink` raises while it holds the
+//! state directory's lock. A release unlinks its file while holding it open and closes
+//! it right after, so a herd of readers wakes once that lock is free, instead of piling
+//! up on it behind the releasing process (docs/notes/contention.md §11). A file kept
+//! open by another process past its removal is found gone by a look at its name every
+//! `QUIET_CHECK`.
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -911,7 +912,7 @@ impl Subscription<'_> {
     /// any other file watches the file itself (see `wait_gone`). The difference is the
     /// cost of a hand-off: a watch of the file is torn down when its inode goes, and on
     /// the benchmark machine that made the releasing `unlink` (or `close`) and the
-    /// wake-up 15-20 µs slower than with the directory's watch
+    /// wake-up 11-20 µs slower than with the directory's watch
     /// (`docs/probes/handoff_floor.c`, modes 5-8 against 2; docs/notes/handoff.md). The
     /// directory's watch would wake a waiter for every removal there, which is what
     /// one-file watches are for: but while `.master_lock` is waited for, no other lock
