@@ -60,6 +60,11 @@ impl LockName {
         name.starts_with(TMP.as_bytes())
     }
 
+    /// Whether `name` has a queued writer's prefix (`.pending_lock-`), well-formed or not.
+    pub(crate) fn is_pending(name: &[u8]) -> bool {
+        name.starts_with(PENDING.as_bytes())
+    }
+
     /// Parses a directory entry's name. Foreign names give `None`.
     ///
     /// Parsing is strict: uuids must be in lower-case hyphenated form and numbers in
@@ -264,14 +269,43 @@ pub(crate) fn parse_uuid(s: &str) -> Option<Uuid> {
     parse_uuid_ascii(s.as_bytes())
 }
 
-/// [`parse_uuid`] of bytes. Of 36 bytes, `Uuid::try_parse_ascii` takes the hyphenated
-/// form only (hyphens after the 8th, 12th, 16th and 20th digit), in either case.
+/// [`parse_uuid`] of bytes: 36 bytes, hyphens after the 8th, 12th, 16th and 20th digit,
+/// the digits `0-9a-f`. Checked and decoded in one pass over a table: every listing
+/// parses the uuid of every lock file, so under contention this is a share of each
+/// grant (docs/notes/contention.md §23).
 fn parse_uuid_ascii(s: &[u8]) -> Option<Uuid> {
-    if s.len() != 36 || s.iter().any(u8::is_ascii_uppercase) {
+    /// Where each byte's two digits start.
+    const AT: [usize; 16] = [0, 2, 4, 6, 9, 11, 14, 16, 19, 21, 24, 26, 28, 30, 32, 34];
+    let s: &[u8; 36] = s.try_into().ok()?;
+    if s[8] != b'-' || s[13] != b'-' || s[18] != b'-' || s[23] != b'-' {
         return None;
     }
-    Uuid::try_parse_ascii(s).ok()
+    let mut bytes = [0u8; 16];
+    // Any byte that is not a digit has a bit of 0xf0 set in its table entry.
+    let mut not_digits = 0u8;
+    for (byte, at) in bytes.iter_mut().zip(AT) {
+        let (hi, lo) = (HEX[usize::from(s[at])], HEX[usize::from(s[at + 1])]);
+        not_digits |= hi | lo;
+        *byte = hi << 4 | lo;
+    }
+    (not_digits & 0xf0 == 0).then_some(Uuid::from_bytes(bytes))
 }
+
+/// The value of each lower-case hexadecimal digit; 0xff for every other byte.
+const HEX: [u8; 256] = {
+    let mut table = [0xff; 256];
+    let mut d = 0;
+    while d < 10 {
+        table[b'0' as usize + d] = d as u8;
+        d += 1;
+    }
+    let mut d = 0;
+    while d < 6 {
+        table[b'a' as usize + d] = 10 + d as u8;
+        d += 1;
+    }
+    table
+};
 
 #[cfg(test)]
 mod tests {
@@ -405,6 +439,42 @@ mod tests {
             assert_eq!(LockName::parse(bad.as_bytes()), None, "{bad}");
         }
         assert!(LockName::parse(b"\xff\xfe").is_none());
+    }
+
+    /// The one-pass uuid parser takes what the uuid crate's parser took from 36 lower-case
+    /// bytes, and nothing else: every uuid of a sample, and every one-byte change of them.
+    #[test]
+    fn the_uuid_parser_agrees_with_the_uuid_crate() {
+        let reference = |s: &[u8]| {
+            if s.len() != 36 || s.iter().any(u8::is_ascii_uppercase) {
+                return None;
+            }
+            Uuid::try_parse_ascii(s).ok()
+        };
+        let mut checked = 0;
+        for n in [0, 1, u128::MAX, 0x0123_4567_89ab_cdef_fedc_ba98_7654_3210]
+            .into_iter()
+            .chain((0..200).map(|_| Uuid::new_v4().as_u128()))
+        {
+            let text = Uuid::from_u128(n).hyphenated().to_string();
+            assert_eq!(parse_uuid_ascii(text.as_bytes()), Some(Uuid::from_u128(n)));
+            for at in 0..text.len() {
+                for b in [
+                    b'0', b'9', b'a', b'f', b'g', b'A', b'F', b'-', b'{', b' ', 0, 0xff,
+                ] {
+                    let mut t = text.clone().into_bytes();
+                    t[at] = b;
+                    assert_eq!(parse_uuid_ascii(&t), reference(&t), "{t:?}");
+                    checked += 1;
+                }
+            }
+            for len in [0, 35, 37] {
+                let t: Vec<u8> = text.bytes().cycle().take(len).collect();
+                assert_eq!(parse_uuid_ascii(&t), None);
+                assert_eq!(reference(&t), None);
+            }
+        }
+        assert!(checked > 80_000);
     }
 
     #[test]

@@ -387,12 +387,12 @@ impl StateDir {
     /// a reader's file kept between reads among them, `park`) are skipped by their
     /// prefix (`tmps` stays empty); no step of the protocol reads them.
     pub(crate) fn list(&self) -> Result<Listing> {
-        self.list_of(true, false)
+        self.list_of(true, true, false)
     }
 
     /// [`StateDir::list`] with the temporary files: for `status` and cleanup.
     pub(crate) fn list_all(&self) -> Result<Listing> {
-        self.list_of(true, true)
+        self.list_of(true, true, true)
     }
 
     /// [`StateDir::list`] without the readers: their markers are skipped by their prefix,
@@ -401,10 +401,19 @@ impl StateDir {
     /// temporary files are in it until this handle has swept the dead processes' kept
     /// files (`protocol::read_in`).
     pub(crate) fn list_writers(&self) -> Result<Listing> {
-        self.list_of(false, !self.swept())
+        self.list_of(true, false, !self.swept())
     }
 
-    fn list_of(&self, readers: bool, tmps: bool) -> Result<Listing> {
+    /// [`StateDir::list`] without the queued writers: their files are skipped by their
+    /// prefix, neither parsed nor kept (`pending` stays empty). For W5's looks, which
+    /// decide by the readers alone and take the highest token from the same listing:
+    /// with N writers queued, every contended grant parsed N names there for nothing
+    /// (docs/notes/contention.md §23).
+    pub(crate) fn list_readers(&self) -> Result<Listing> {
+        self.list_of(false, true, false)
+    }
+
+    fn list_of(&self, writers: bool, readers: bool, tmps: bool) -> Result<Listing> {
         #[cfg(test)]
         {
             LISTINGS.with(|n| n.set(n.get() + 1));
@@ -429,6 +438,9 @@ impl StateDir {
         let mut top: Option<(u64, bool)> = None;
         let mut collect = |dir: &mut DirReader| -> Result<usize> {
             dir.for_each(|name, d_type| {
+                if !writers && LockName::is_pending(name) {
+                    return;
+                }
                 if !readers && LockName::is_slave(name) {
                     l.readers += 1;
                     return;

@@ -804,8 +804,9 @@ async fn enter(
         }
     };
     let steps = async {
-        // W5's first look, made after our `.master_lock` exists.
-        let first = sd.list()?;
+        // W5's first look, made after our `.master_lock` exists. W5 decides by the
+        // readers alone: the queued writers' names are not parsed.
+        let first = sd.list_readers()?;
         drain(at, &master, pending.as_ref(), first).await
     };
     let hint = match steps.await {
@@ -929,7 +930,7 @@ async fn drain(
         if at.sleep(keep).await.is_none() {
             return Ok(None);
         }
-        l = at.sd.list()?;
+        l = at.sd.list_readers()?;
     }
 }
 

@@ -784,7 +784,11 @@ impl DirReader {
                     .ok_or(Errno::EIO)?;
                 let d_type = *data.get(18).ok_or(Errno::EIO)?;
                 let rec = data.get(19..reclen).ok_or(Errno::EIO)?;
-                let len = rec.iter().position(|&b| b == 0).ok_or(Errno::EIO)?;
+                // The name has no NUL, and `reclen` pads the name and its NUL to 8
+                // bytes: the NUL is among the last 8 bytes of `rec`. Looked for from
+                // there, not along the whole name (every listing walks every name).
+                let from = rec.len().saturating_sub(8);
+                let len = from + rec[from..].iter().position(|&b| b == 0).ok_or(Errno::EIO)?;
                 each(&rec[..len], d_type);
                 data = &data[reclen..];
             }
@@ -836,6 +840,28 @@ mod dir_reader_tests {
         fs::write(dir.path().join("new"), b"").expect("write");
         want.insert(b"new".to_vec());
         assert_eq!(names(&mut r), want);
+    }
+
+    /// A name's end is found near the end of its record (`for_each`): names of every
+    /// length up to `NAME_MAX`, so every padding of the record, come out whole.
+    #[test]
+    fn names_of_every_length_are_listed_whole() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut want: BTreeSet<Vec<u8>> = [b".".to_vec(), b"..".to_vec()].into();
+        for len in 1..=255 {
+            let n: String = (0..len)
+                .map(|i| char::from(b'a' + (i % 26) as u8))
+                .collect();
+            fs::write(dir.path().join(&n), b"").expect("write");
+            want.insert(n.into_bytes());
+        }
+        let fd = nix::fcntl::open(
+            dir.path(),
+            nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_DIRECTORY,
+            nix::sys::stat::Mode::empty(),
+        )
+        .expect("open");
+        assert_eq!(names(&mut DirReader::new(fd)), want);
     }
 }
 
