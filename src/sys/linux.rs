@@ -813,22 +813,32 @@ mod dir_reader_tests {
     /// More entries than one `getdents64` call returns, listed twice on one descriptor
     /// (the second listing rewinds by itself, and `rewind` before it changes nothing),
     /// and then again after a change.
-    #[test]
-    fn a_directory_reader_lists_everything_every_time() {
+    /// A directory with an empty file of each name, and every name its listing should
+    /// give (`.` and `..` too).
+    fn filled(names: impl IntoIterator<Item = String>) -> (tempfile::TempDir, BTreeSet<Vec<u8>>) {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut want: BTreeSet<Vec<u8>> = [b".".to_vec(), b"..".to_vec()].into();
-        for i in 0..2000 {
-            let n = format!("{i:04}-{}", "x".repeat(40));
+        for n in names {
             fs::write(dir.path().join(&n), b"").expect("write");
             want.insert(n.into_bytes());
         }
+        (dir, want)
+    }
+
+    fn reader(dir: &std::path::Path) -> DirReader {
         let fd = nix::fcntl::open(
-            dir.path(),
+            dir,
             nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_DIRECTORY,
             nix::sys::stat::Mode::empty(),
         )
         .expect("open");
-        let mut r = DirReader::new(fd);
+        DirReader::new(fd)
+    }
+
+    #[test]
+    fn a_directory_reader_lists_everything_every_time() {
+        let (dir, mut want) = filled((0..2000).map(|i| format!("{i:04}-{}", "x".repeat(40))));
+        let mut r = reader(dir.path());
         const { assert!(2000 * 64 > DirReader::BUF, "needs several calls") };
         assert_eq!(names(&mut r), want);
         assert_eq!(names(&mut r), want);
@@ -846,22 +856,12 @@ mod dir_reader_tests {
     /// length up to `NAME_MAX`, so every padding of the record, come out whole.
     #[test]
     fn names_of_every_length_are_listed_whole() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let mut want: BTreeSet<Vec<u8>> = [b".".to_vec(), b"..".to_vec()].into();
-        for len in 1..=255 {
-            let n: String = (0..len)
+        let (dir, want) = filled((1..=255).map(|len| {
+            (0..len)
                 .map(|i| char::from(b'a' + (i % 26) as u8))
-                .collect();
-            fs::write(dir.path().join(&n), b"").expect("write");
-            want.insert(n.into_bytes());
-        }
-        let fd = nix::fcntl::open(
-            dir.path(),
-            nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_DIRECTORY,
-            nix::sys::stat::Mode::empty(),
-        )
-        .expect("open");
-        assert_eq!(names(&mut DirReader::new(fd)), want);
+                .collect()
+        }));
+        assert_eq!(names(&mut reader(dir.path())), want);
     }
 }
 
