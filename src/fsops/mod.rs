@@ -100,6 +100,10 @@ thread_local! {
     /// readable from another thread, for tests that count them.
     pub(crate) static MASTER_READS_SHARED: std::cell::RefCell<Option<std::sync::Arc<std::sync::atomic::AtomicUsize>>> =
         const { std::cell::RefCell::new(None) };
+    /// Reads of queued writers' files made by this thread ([`StateDir::read`]: their
+    /// judgements), readable from another thread, for tests that count them.
+    pub(crate) static PENDING_READS_SHARED: std::cell::RefCell<Option<std::sync::Arc<std::sync::atomic::AtomicUsize>>> =
+        const { std::cell::RefCell::new(None) };
     /// Touches of our own files made by this thread ([`StateDir::touch`]).
     pub(crate) static TOUCHES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }

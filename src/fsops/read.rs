@@ -148,12 +148,19 @@ impl StateDir {
     /// than a record's maximum size.
     pub(crate) fn read(&self, name: &LockName) -> Result<Found> {
         #[cfg(test)]
-        if *name == LockName::Master {
-            super::MASTER_READS_SHARED.with(|n| {
-                if let Some(n) = n.borrow().as_ref() {
-                    n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                }
-            });
+        {
+            let counter = match name {
+                LockName::Master => Some(&super::MASTER_READS_SHARED),
+                LockName::Pending { .. } => Some(&super::PENDING_READS_SHARED),
+                _ => None,
+            };
+            if let Some(counter) = counter {
+                counter.with(|n| {
+                    if let Some(n) = n.borrow().as_ref() {
+                        n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }
+                });
+            }
         }
         let target = name.text();
         match openat(

@@ -972,12 +972,33 @@ async fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<Own> {
         let mut predecessor_owner = None;
         let mut predecessor_nonce = None;
         let mine = pending.name.order_key();
-        for p in l.pending.iter().rev().filter(|p| p.order_key() < mine) {
-            let j = at.judge.unlink_if_dead(p)?;
-            if j.is_live() {
-                (predecessor, predecessor_owner) = (Some(*p), j.owner());
-                predecessor_nonce = j.nonce();
-                break;
+        let mut older = l.pending.iter().rev().filter(|p| p.order_key() < mine);
+        // V15 (docs/protocol-notes.md): before this acquisition's first pause, a
+        // predecessor that is not the head of the queue is waited for unjudged. Its
+        // record (an open, a read, its owner's pidfd) is needed only if it is dead, and
+        // a dead one is found by the judgement after that pause, which the polling
+        // floor ends (the first pause is the shortest). The writer that queues again
+        // at its release is the one that does this, on the path a successor woken on
+        // its CPU waits out (contention.md §25). Local filesystems only; the head's
+        // record is read at once, for V9's nonce.
+        let mut judge_first = true;
+        if at.pauses == 0 && !sd.is_remote() {
+            let mut ahead = older.clone();
+            if let Some(p) = ahead.next()
+                && ahead.next().is_some()
+            {
+                predecessor = Some(*p);
+                judge_first = false;
+            }
+        }
+        if judge_first {
+            for p in older.by_ref() {
+                let j = at.judge.unlink_if_dead(p)?;
+                if j.is_live() {
+                    (predecessor, predecessor_owner) = (Some(*p), j.owner());
+                    predecessor_nonce = j.nonce();
+                    break;
+                }
             }
         }
         let older_live = predecessor.is_some();
@@ -1241,6 +1262,7 @@ mod tests {
             let covered = counters.map(|c| std::sync::Arc::clone(&c.covered));
             let lookups = counters.map(|c| std::sync::Arc::clone(&c.lookups));
             let master_reads = counters.map(|c| std::sync::Arc::clone(&c.master_reads));
+            let pending_reads = counters.map(|c| std::sync::Arc::clone(&c.pending_reads));
             let (tx, granted) = crossbeam_channel::bounded(1);
             let (release, rx) = crossbeam_channel::bounded::<()>(1);
             let lk = lk.clone();
@@ -1250,6 +1272,7 @@ mod tests {
                 COVERED_SHARED.with(|s| *s.borrow_mut() = covered);
                 crate::fsops::EXISTS_SHARED.with(|s| *s.borrow_mut() = lookups);
                 crate::fsops::MASTER_READS_SHARED.with(|s| *s.borrow_mut() = master_reads);
+                crate::fsops::PENDING_READS_SHARED.with(|s| *s.borrow_mut() = pending_reads);
                 let read = || counter.as_ref().map_or(0, |n| n.load(Ordering::SeqCst));
                 if write {
                     let g = lk.write().expect("write");
@@ -1290,6 +1313,8 @@ mod tests {
         lookups: std::sync::Arc<std::sync::atomic::AtomicUsize>,
         /// Reads of `.master_lock` (its judgements).
         master_reads: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+        /// Reads of queued writers' files (their judgements).
+        pending_reads: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     }
 
     impl Counters {
@@ -1303,6 +1328,10 @@ mod tests {
 
         fn master_reads(&self) -> usize {
             self.master_reads.load(Ordering::SeqCst)
+        }
+
+        fn pending_reads(&self) -> usize {
+            self.pending_reads.load(Ordering::SeqCst)
         }
 
         /// Waits until the waiter's looking pauses are over (its first pause slept on
@@ -1498,6 +1527,81 @@ mod tests {
             slept_on <= 5,
             "C woke {slept_on} times for nothing in its first 600 ms behind A"
         );
+    }
+
+    /// V15: a writer whose predecessor is a queued writer behind the head of the queue
+    /// waits for it without reading its file, if the wait ends before its first pause
+    /// does (here the first pause is 5-15 s, the wait a few hand-offs). Its grant comes
+    /// at its predecessor's release, when it is first: nothing else is judged.
+    #[test]
+    fn a_writer_behind_a_queued_writer_not_first_waits_for_it_unjudged() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let lk = crate::DirLock::builder(dir.path())
+            .poll_interval(Duration::from_secs(10), Duration::from_secs(20))
+            .build()
+            .expect("lock");
+        let queued = |n: usize| lk.status().expect("status").pending.len() >= n;
+        // H holds (V6: no pending file), A and B queue behind it, C behind B.
+        let h = lk.write().expect("H");
+        let a = Taker::spawn(&lk, None, true);
+        wait_for("A queued", || queued(1));
+        let b = Taker::spawn(&lk, None, true);
+        wait_for("B queued", || queued(2));
+        let c_counters = Counters::default();
+        let c = Taker::spawn(&lk, Some(&c_counters), true);
+        wait_for("C queued and looked", || {
+            queued(3) && c_counters.listings() >= 1
+        });
+        drop(h);
+        a.granted();
+        a.release();
+        b.granted();
+        b.release();
+        c.granted();
+        c.release();
+        assert_eq!(
+            c_counters.pending_reads(),
+            0,
+            "C read a queued writer's file while waiting behind B"
+        );
+    }
+
+    /// V15 must not wedge a writer behind a dead queued writer: the judgement it skipped
+    /// comes after its first pause, which removes the dead writer's file, and the writer
+    /// then waits for the live one ahead.
+    #[test]
+    fn a_writer_behind_a_dead_queued_writer_not_first_removes_it_after_its_first_pause() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let lk = counting_lock(dir.path());
+        let status = || lk.status().expect("status");
+        let h = lk.write().expect("H");
+        let a = Taker::spawn(&lk, None, true);
+        wait_for("A queued", || status().pending.len() == 1);
+        // D: a queued writer younger than A, whose owner is dead (a pid that exited).
+        let sd = open_state(&config(dir.path()), false)
+            .expect("open")
+            .expect("state directory");
+        let dead = {
+            let mut child = std::process::Command::new("true").spawn().expect("spawn");
+            child.wait().expect("wait");
+            child.id()
+        };
+        let me = sys::identity();
+        let mut rec = record_of(&me, &config(dir.path()), Kind::Pending);
+        rec.pid = dead;
+        let d = LockName::Pending {
+            ns: now_ns(),
+            uuid: Uuid::new_v4(),
+        };
+        let _d_file = sd.put(&d, &rec).expect("D").expect("D made");
+        let c = Taker::spawn(&lk, None, true);
+        wait_for("D removed by C", || !sd.exists(&d));
+        wait_for("C queued", || status().pending.len() == 2);
+        drop(h);
+        a.granted();
+        a.release();
+        c.granted();
+        c.release();
     }
 
     /// A writer waiting for a reader to leave (W5, on the directory's watch) sleeps
