@@ -292,11 +292,13 @@ impl Held {
         if self.offered.swap(false, Ordering::AcqRel) {
             share::withdrawn();
         }
-        let done = self.release_file();
         // V8: our queue file goes after `.master_lock`, whatever became of that: its name
         // is unique, so if it is there, it is ours. Closed before the unlink on a remote
         // filesystem (no `.nfsXXXX`), after it locally (the waiter behind wakes sooner).
-        let left = match self.queue.lock().take() {
+        // Locally it goes right after `.master_lock`'s `unlink`, before the checks and
+        // `close`s of the release ([`StateDir::release_local`]); otherwise after them.
+        let queue = self.queue.lock().take();
+        let leave = |queue: Option<(LockName, OwnedFd)>| match queue {
             None => Ok(()),
             Some((name, fd)) => {
                 if self.sd.is_remote() {
@@ -309,14 +311,21 @@ impl Held {
                 }
             }
         };
+        let mut queue = Some(queue);
+        let mut left = Ok(());
+        let done = self.release_file(|| left = leave(queue.take().flatten()));
+        if let Some(q) = queue {
+            left = leave(q);
+        }
         // Now that the files are gone and the next owner woken: the directory's watch
         // this thread's last wait for `.master_lock` left.
         crate::notify::let_go_lingering();
         done.and(left)
     }
 
-    /// R5 / W8 proper: removes the lock file itself.
-    fn release_file(&self) -> Result<()> {
+    /// R5 / W8 proper: removes the lock file itself. `then` runs right after a local
+    /// `unlink` of `.master_lock` (see [`StateDir::release_local`]), if it comes to one.
+    fn release_file(&self, then: impl FnOnce()) -> Result<()> {
         if !self.is_lost() {
             let fd = self.fd.lock().take();
             if let Some(fd) = fd {
@@ -329,7 +338,7 @@ impl Held {
                         Err(self.lost_error("the lock file was removed by someone else"))
                     };
                 }
-                if let Some(released) = self.sd.release_local(&self.name, &fd, self.id) {
+                if let Some(released) = self.sd.release_local(&self.name, &fd, self.id, then) {
                     // The descriptors are closed after the removal: that wakes waiters
                     // sooner.
                     drop(fd);

@@ -711,6 +711,66 @@ mod tests {
         assert_eq!(record_at(&sd, &b), Some(other));
     }
 
+    /// A local release runs its `then` (a writer's queue file going) once, right after
+    /// `.master_lock`'s `unlink`, and still reports a state directory moved away; not at
+    /// all when `.master_lock` is not ours.
+    #[test]
+    fn a_local_release_runs_then_after_the_unlink_and_before_the_look_at_the_directory() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let Some(sd) = StateDir::open(dir.path(), None, true, None).expect("open") else {
+            panic!("no state directory");
+        };
+        let h = holder(Kind::Write, "host");
+        let release = |sd: &StateDir, created: &Created| {
+            let mut ran = Vec::new();
+            let r = sd.release_local(&LockName::Master, &created.fd, created.id, || {
+                ran.push(sd.exists(&LockName::Master));
+            });
+            (r.map(|r| r.expect("release")), ran)
+        };
+        let Some(mine) = sd.put(&LockName::Master, &h.record()).expect("put") else {
+            panic!(".master_lock taken");
+        };
+        assert_eq!(release(&sd, &mine), (Some(true), vec![false]));
+
+        // Not ours: `.master_lock` stays, and `then` does not run.
+        let Some(mine) = sd.put(&LockName::Master, &h.record()).expect("put") else {
+            panic!(".master_lock taken");
+        };
+        sd.unlink(&LockName::Master).expect("unlink");
+        assert!(
+            sd.put(&LockName::Master, &h.record())
+                .expect("put")
+                .is_some()
+        );
+        assert_eq!(release(&sd, &mine), (Some(false), vec![]));
+        assert!(sd.exists(&LockName::Master));
+        sd.unlink(&LockName::Master).expect("unlink");
+
+        // The state directory moved away after our `.master_lock` was made: removed,
+        // `then` ran, and the release says the lock was lost.
+        let state = sd.path_of(&LockName::Master);
+        let state = state.parent().expect("state directory");
+        let moved = dir.path().join("moved");
+        let Some(mine) = sd.put(&LockName::Master, &h.record()).expect("put") else {
+            panic!(".master_lock taken");
+        };
+        std::fs::rename(state, &moved).expect("move");
+        assert_eq!(release(&sd, &mine), (Some(false), vec![false]));
+
+        // The look at the directory comes after `then`: moved back by `then`, it is in
+        // place.
+        std::fs::rename(&moved, state).expect("move back");
+        let Some(mine) = sd.put(&LockName::Master, &h.record()).expect("put") else {
+            panic!(".master_lock taken");
+        };
+        std::fs::rename(state, &moved).expect("move");
+        let r = sd.release_local(&LockName::Master, &mine.fd, mine.id, || {
+            std::fs::rename(&moved, state).expect("move back");
+        });
+        assert!(matches!(r, Some(Ok(true))), "{r:?}");
+    }
+
     #[test]
     fn reread_direct_reads_the_whole_record_or_declines() {
         let dir = tempfile::tempdir().expect("tempdir");

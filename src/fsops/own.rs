@@ -104,11 +104,16 @@ impl StateDir {
     /// `id` is the file's `(st_dev, st_ino)` if known ([`Created::id`]): the name is then
     /// compared with it directly. That is exact because we hold the file open: its inode
     /// cannot be freed, so its number cannot be reused.
+    ///
+    /// `then` runs right after the file's `unlink` succeeded, before the look at the
+    /// state directory: a writer removes its queue file there (V8), so that the writer
+    /// waiting on that file wakes a look sooner (contention.md §25).
     pub(crate) fn release_local(
         &self,
         name: &LockName,
         fd: &OwnedFd,
         id: Option<FileId>,
+        then: impl FnOnce(),
     ) -> Option<Result<bool>> {
         if self.is_remote() {
             return None;
@@ -123,6 +128,7 @@ impl StateDir {
                 return Ok(false);
             }
             let removed = self.unlink(name)?;
+            then();
             match name {
                 LockName::Master => Ok(removed && self.in_place()?),
                 // A reader's name is unique (R5): if it was there, it was ours.
