@@ -619,6 +619,13 @@ mod tests {
         }
     }
 
+    fn state_dir(dir: &std::path::Path) -> StateDir {
+        match StateDir::open(dir, None, true, None).expect("open") {
+            Some(sd) => sd,
+            None => panic!("no state directory"),
+        }
+    }
+
     fn record_at(sd: &StateDir, name: &LockName) -> Option<Holder> {
         match sd.read(name).expect("read") {
             Found::File { holder, .. } => holder,
@@ -631,9 +638,7 @@ mod tests {
     #[test]
     fn a_listing_without_readers_keeps_everything_else() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let Some(sd) = StateDir::open(dir.path(), None, true, None).expect("open") else {
-            panic!("no state directory");
-        };
+        let sd = state_dir(dir.path());
         let h = holder(Kind::Read, "host");
         let mut names = vec![LockName::Master, LockName::Token(7)];
         for ns in [3, 1, 2] {
@@ -671,9 +676,7 @@ mod tests {
     #[test]
     fn a_spare_written_ahead_is_linked_with_the_right_record() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let Some(sd) = StateDir::open(dir.path(), None, true, None).expect("open") else {
-            panic!("no state directory");
-        };
+        let sd = state_dir(dir.path());
         let Some(mut spare) = sd.spare() else {
             return; // no O_TMPFILE here: puts make their files themselves
         };
@@ -717,9 +720,7 @@ mod tests {
     #[test]
     fn a_local_release_runs_then_after_the_unlink_and_before_the_look_at_the_directory() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let Some(sd) = StateDir::open(dir.path(), None, true, None).expect("open") else {
-            panic!("no state directory");
-        };
+        let sd = state_dir(dir.path());
         let h = holder(Kind::Write, "host");
         let release = |sd: &StateDir, created: &Created| {
             let mut ran = Vec::new();

@@ -1303,6 +1303,14 @@ mod tests {
         }
     }
 
+    /// Each taker in turn takes the lock it queued for and releases it.
+    fn in_turn<const N: usize>(takers: [Taker; N]) {
+        for t in takers {
+            t.granted();
+            t.release();
+        }
+    }
+
     /// What a waiting [`Taker`] reports: its listings, and its pauses slept on without a
     /// look (covered by events).
     #[derive(Default)]
@@ -1477,10 +1485,7 @@ mod tests {
             c_counters.listings()
         );
         h.release();
-        a.granted();
-        a.release();
-        c.granted();
-        c.release();
+        in_turn([a, c]);
         assert_eq!(
             c_counters.master_reads(),
             0,
@@ -1511,10 +1516,7 @@ mod tests {
         let listings = c_counters.listings();
         let slept_on = c_counters.covered.load(Ordering::SeqCst);
         drop(h);
-        a.granted();
-        a.release();
-        c.granted();
-        c.release();
+        in_turn([a, c]);
         // W2's look (and one right after subscribing, should the subscription come
         // after it); a looking pause would add one look per pause.
         assert!(
@@ -1553,12 +1555,7 @@ mod tests {
             queued(3) && c_counters.listings() >= 1
         });
         drop(h);
-        a.granted();
-        a.release();
-        b.granted();
-        b.release();
-        c.granted();
-        c.release();
+        in_turn([a, b, c]);
         assert_eq!(
             c_counters.pending_reads(),
             0,
@@ -1598,10 +1595,7 @@ mod tests {
         wait_for("D removed by C", || !sd.exists(&d));
         wait_for("C queued", || status().pending.len() == 2);
         drop(h);
-        a.granted();
-        a.release();
-        c.granted();
-        c.release();
+        in_turn([a, c]);
     }
 
     /// A writer waiting for a reader to leave (W5, on the directory's watch) sleeps
