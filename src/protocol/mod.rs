@@ -972,7 +972,7 @@ async fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<Own> {
         let mut predecessor_owner = None;
         let mut predecessor_nonce = None;
         let mine = pending.name.order_key();
-        let mut older = l.pending.iter().rev().filter(|p| p.order_key() < mine);
+        let older = l.pending.iter().rev().filter(|p| p.order_key() < mine);
         // V15 (docs/protocol-notes.md): before this acquisition's first pause, a
         // predecessor that is not the head of the queue is waited for unjudged. Its
         // record (an open, a read, its owner's pidfd) is needed only if it is dead, and
@@ -981,18 +981,16 @@ async fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<Own> {
         // at its release is the one that does this, on the path a successor woken on
         // its CPU waits out (contention.md §25). Local filesystems only; the head's
         // record is read at once, for V9's nonce.
-        let mut judge_first = true;
-        if at.pauses == 0 && !sd.is_remote() {
+        let unread = if at.pauses == 0 && !sd.is_remote() {
             let mut ahead = older.clone();
-            if let Some(p) = ahead.next()
-                && ahead.next().is_some()
-            {
-                predecessor = Some(*p);
-                judge_first = false;
-            }
-        }
-        if judge_first {
-            for p in older.by_ref() {
+            ahead.next().filter(|_| ahead.next().is_some())
+        } else {
+            None
+        };
+        if let Some(p) = unread {
+            predecessor = Some(*p);
+        } else {
+            for p in older {
                 let j = at.judge.unlink_if_dead(p)?;
                 if j.is_live() {
                     (predecessor, predecessor_owner) = (Some(*p), j.owner());
