@@ -5,6 +5,7 @@
 //! cargo run --release --example stress -- --readers 6 --writers 3 --seconds 60 [DIR]
 //! cargo run --release --example stress -- --readers 6 --writers 4 --lease 3 --hold 2..8 \
 //!     --pidns 4 --seconds 120 [DIR]
+//! cargo run --release --example stress -- --readers 6 --writers 6 --kill 0.2 --seconds 60 [DIR]
 //! ```
 //!
 //! DIR defaults to a fresh temporary directory. The example re-runs itself as worker
@@ -43,6 +44,24 @@
 //! `--pidns` and `--lease` work without `--hold` too. Without these flags the run is the
 //! default mode, unchanged.
 //!
+//! # The kill mode (`--kill S`)
+//!
+//! Every S seconds on average (uniform in `[S/2, 3S/2)`), the runner picks a worker at
+//! random and kills it with `SIGKILL`, wherever it is: holding, queued, waiting for
+//! readers, breaking a dead holder's file, releasing. It starts a new worker of the same
+//! kind in its place, named `<id>~<n>` (`w2~5`; in its own pid namespace if the killed
+//! one had one). Nobody cleans up meanwhile: the survivors must find the dead files and
+//! get past them, by exact judgement in one pid namespace and by lease across them, and
+//! the checker still checks every event. The runner logs `K` for the worker *before* it
+//! sends the signal, so the worker was alive at every line before the `K`: a grant that
+//! overlaps its hold before the `K` is a violation. From the `K` on, the worker is dying
+//! and the checker ignores it (what it logs between the `K` and its death, and the lock
+//! it may hold until it is judged dead). A killed writer's attempt counts as one that
+//! did not enter, as a timeout does, for the FIFO check. At the end the runner calls
+//! [`DirLock::cleanup`] (the pre-startup job's call) until nothing but the token is left,
+//! for at most two leases: the files of workers killed in another pid namespace go once
+//! their lease has run out.
+//!
 //! # The log
 //!
 //! Every worker appends to ONE log file opened with `O_APPEND`, one `write(2)` per
@@ -55,7 +74,8 @@
 //! write lock until the call turns it into a read lock), so a writer entering before its
 //! `X` is still a violation, and readers entering once `.master_lock` is gone are not.
 //! `L` records a lock the worker found lost (`check()`, `release()`, `downgrade()`, or an
-//! acquisition failing with `LockLost`); the worker logs it and goes on.
+//! acquisition failing with `LockLost`); the worker logs it and goes on. `K` (kill mode)
+//! is the runner's: it is about to kill the worker.
 //!
 //! # What is checked, on every event
 //!
@@ -84,7 +104,8 @@
 //! - **Sharing**: with two or more readers, readers must have overlapped at least once.
 //!
 //! After the run, every worker must have exited successfully, every `E` must have its
-//! `X`, and the state directory must hold nothing but the token file.
+//! `X` (or, in the kill mode, its worker's `K`), and the state directory must hold
+//! nothing but the token file (in the kill mode, after the cleanup).
 //!
 //! It prints totals, grants per second and a last line `violations: N`, and exits
 //! non-zero when N > 0; a run with violations keeps its log, and
@@ -122,6 +143,8 @@ pub struct Options {
     /// Threads per reader process (`--reader-threads`), each with its own reads: threads
     /// of one process share one reader's file (V11).
     pub reader_threads: usize,
+    /// The kill mode (`--kill S`): a worker killed every S on average, and replaced.
+    pub kill: Option<Duration>,
 }
 
 impl Options {
@@ -136,6 +159,7 @@ impl Options {
             hold: None,
             pidns: 0,
             reader_threads: 1,
+            kill: None,
         }
     }
 }
@@ -214,6 +238,12 @@ pub struct Check {
     pub fifo_not_waiting: u64,
     /// Write attempts that timed out (`T`).
     pub timeouts: u64,
+    /// Workers killed (`K`).
+    pub kills: u64,
+    /// Of them, those killed while they held the lock (their `E` without its `X`).
+    pub kills_holding: u64,
+    /// Of them, writers killed while in a write attempt (after `S`, before `E` or `T`).
+    pub kills_queued: u64,
     /// Locks found lost (`L`); each is also a violation.
     pub lost: u64,
     pub last_token: u64,
@@ -235,6 +265,18 @@ impl Check {
 pub fn check(log: &str, readers: usize) -> Check {
     let mut c = Check::default();
     let lines: Vec<&str> = log.lines().collect();
+    // The kill mode: where each killed worker's `K` is. From there on it is dying, and
+    // its lines (its threads' too: `r3.1` is a thread of `r3`) are not checked.
+    let mut kills: BTreeMap<&str, usize> = BTreeMap::new();
+    for (i, l) in lines.iter().enumerate() {
+        if let [_, id, "K"] = l.split_whitespace().collect::<Vec<_>>().as_slice() {
+            kills.entry(id).or_insert(i);
+        }
+    }
+    let dying = |id: &str, i: usize| {
+        let process = id.split_once('.').map_or(id, |(p, _)| p);
+        kills.get(process).is_some_and(|&k| k < i)
+    };
     // Pass 1: where every write attempt ended (`E W`: entered, `T`: timed out), for the
     // FIFO obligations, and the workers' identities (`I <pidns> <pid>`).
     let mut ends: BTreeMap<&str, Vec<(usize, bool)>> = BTreeMap::new();
@@ -242,8 +284,13 @@ pub fn check(log: &str, readers: usize) -> Check {
     let mut starts: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for (i, l) in lines.iter().enumerate() {
         let f: Vec<&str> = l.split_whitespace().collect();
+        if f.get(1).is_some_and(|id| dying(id, i)) {
+            continue;
+        }
         match f.as_slice() {
             [_, id, "E", "W", ..] => ends.entry(id).or_default().push((i, true)),
+            // A killed attempt did not enter, as a timed-out one.
+            [_, id, "K"] => ends.entry(id).or_default().push((i, false)),
             [_, id, "S", ..] => starts.entry(id).or_default().push(i),
             [_, id, "T", ..] => ends.entry(id).or_default().push((i, false)),
             [_, id, "I", pidns, pid] => {
@@ -296,8 +343,29 @@ pub fn check(log: &str, readers: usize) -> Check {
             c.violation(i, format!("malformed line `{l}`"));
             continue;
         };
+        if dying(id, i) {
+            continue;
+        }
         match (*ev, f.get(3).copied()) {
             ("I", _) => {}
+            ("K", _) => {
+                // Logged before the signal: until here the worker was alive, and what
+                // it held counted. From here on it is dying, and its hold (if any)
+                // is the lock's to judge.
+                c.kills += 1;
+                let thread = |r: &&str| r.split_once('.').map_or(*r, |(p, _)| p) == id;
+                if writer == Some(id) || inside_readers.iter().any(&thread) {
+                    c.kills_holding += 1;
+                } else if waiting_at(id, i) {
+                    c.kills_queued += 1;
+                }
+                if writer == Some(id) {
+                    writer = None;
+                }
+                inside_readers.retain(|r| !thread(r));
+                read_since.retain(|r, _| !thread(r));
+                last_q.remove(id);
+            }
             ("S", _) => {
                 last_s.insert(id, i);
             }
@@ -767,24 +835,51 @@ pub fn run(
     if !own.is_empty() {
         write!(out, ", own pid namespaces: {}", own.join(" "))?;
     }
+    if let Some(every) = opts.kill {
+        write!(out, ", a worker killed every {} s", every.as_secs_f64())?;
+    }
     writeln!(out)?;
     let mut violations = Vec::new();
-    let mut children: Vec<(String, Child)> = Vec::new();
-    let start = Instant::now();
-    for w in &ws {
+    let start_one = |w: &Worker| -> io::Result<Child> {
         let cmd = spawn(w);
         let mut cmd = if w.own_pidns { in_own_pidns(&cmd) } else { cmd };
-        let child = cmd
-            .stdin(Stdio::piped())
+        cmd.stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
-            .spawn()?;
-        children.push((w.id.clone(), child));
+            .spawn()
+    };
+    let mut children: Vec<(Worker, Child)> = Vec::new();
+    let start = Instant::now();
+    for w in &ws {
+        children.push((w.clone(), start_one(w)?));
     }
+    let runner_log = OpenOptions::new().append(true).open(&log)?;
+    let mut rng = Rng::new("runner");
+    let mut next_kill = opts.kill.map(|every| rng.between(every / 2, every * 3 / 2));
+    let mut killed = 0;
     let mut next_report = Duration::from_secs(10);
     while start.elapsed() < opts.duration {
         let left = opts.duration.saturating_sub(start.elapsed());
-        std::thread::sleep(left.min(Duration::from_millis(100)));
+        let to_kill = next_kill.map_or(left, |k| k.saturating_sub(start.elapsed()));
+        std::thread::sleep(left.min(to_kill).min(Duration::from_millis(100)));
+        if let (Some(every), Some(at)) = (opts.kill, next_kill)
+            && start.elapsed() >= at
+            && start.elapsed() < opts.duration
+        {
+            // `K` first, then the signal: the worker was alive at every line before it.
+            let i = usize::try_from(rng.below(children.len() as u64)).unwrap_or(0);
+            let (w, c) = &mut children[i];
+            self::log(&runner_log, &w.id, "K").map_err(io::Error::other)?;
+            c.kill()?;
+            c.wait()?;
+            killed += 1;
+            let base = w.id.split_once('~').map_or(w.id.as_str(), |(b, _)| b);
+            let mut next = w.clone();
+            next.id = format!("{base}~{killed}");
+            let child = start_one(&next)?;
+            children[i] = (next, child);
+            next_kill = Some(at + rng.between(every / 2, every * 3 / 2));
+        }
         if start.elapsed() >= next_report && start.elapsed() < opts.duration {
             let grants = fs::read_to_string(&log)?.matches(" E ").count();
             writeln!(out, "  {:>4} s: {grants} grants", next_report.as_secs())?;
@@ -799,7 +894,8 @@ pub fn run(
     }
     let grace = Duration::from_secs(60) + opts.hold.map_or(Duration::ZERO, |h| h.1 * 4);
     let stop_deadline = Instant::now() + grace;
-    for (id, c) in &mut children {
+    for (w, c) in &mut children {
+        let id = &w.id;
         loop {
             match c.try_wait()? {
                 Some(status) if status.success() => break,
@@ -823,8 +919,29 @@ pub fn run(
     let elapsed = start.elapsed();
     let text = fs::read_to_string(&log)?;
     let mut check = check(&text, opts.readers);
-    // Nothing but the token may be left in the state directory.
+    // The kill mode: what the killed workers left is for the pre-startup job's cleanup,
+    // which removes it at once in our pid namespace, and once their lease has run out
+    // in another.
     let state = opts.dir.join(".rwdir");
+    if opts.kill.is_some() {
+        let mut builder = DirLock::builder(&opts.dir);
+        if let Some(lease) = opts.lease {
+            builder = builder.lease(lease);
+        }
+        let lock = builder.build().map_err(io::Error::other)?;
+        let until = Instant::now() + lock.lease() * 2 + Duration::from_secs(5);
+        loop {
+            lock.cleanup().map_err(io::Error::other)?;
+            let only_tokens = fs::read_dir(&state)?
+                .filter_map(|e| e.ok())
+                .all(|e| e.file_name().to_string_lossy().starts_with(".token-"));
+            if only_tokens || Instant::now() > until {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    // Nothing but the token may be left in the state directory.
     let left: Vec<String> = fs::read_dir(&state)?
         .filter_map(|e| e.ok())
         .map(|e| e.file_name().to_string_lossy().into_owned())
@@ -861,6 +978,13 @@ pub fn run(
             check.fifo_not_waiting
         )?;
     }
+    if check.kills > 0 {
+        writeln!(
+            out,
+            "workers killed: {} (holding the lock: {}, in a write attempt: {})",
+            check.kills, check.kills_holding, check.kills_queued
+        )?;
+    }
     if opts.hold.is_some() || check.lost + check.timeouts + check.fifo_skipped > 0 {
         writeln!(
             out,
@@ -893,7 +1017,7 @@ pub fn run(
 }
 
 const USAGE: &str = "usage: stress [--readers N] [--writers N] [--seconds S] \
-                     [--lease S] [--hold A..B] [--pidns N] [--reader-threads T] [DIR]";
+                     [--lease S] [--hold A..B] [--pidns N] [--reader-threads T] [--kill S] [DIR]";
 
 /// Seconds, fractions allowed.
 fn secs(s: &str) -> Option<Duration> {
@@ -933,6 +1057,12 @@ fn parse(args: &[OsString]) -> Result<(Options, Option<tempfile::TempDir>), Stri
                     .filter(|l| !l.is_zero())
                     .ok_or_else(|| bad("--lease"))?;
                 opts.lease = Some(lease);
+            }
+            Some("--kill") => {
+                let every = secs(value("--kill")?)
+                    .filter(|s| !s.is_zero())
+                    .ok_or_else(|| bad("--kill"))?;
+                opts.kill = Some(every);
             }
             Some("--hold") => {
                 let v = value("--hold")?;
@@ -993,8 +1123,9 @@ fn check_file(args: &[OsString]) -> ExitCode {
     };
     let c = check(&text, readers);
     println!(
-        "reads: {}  writes: {}  FIFO checks: {}  skipped: {}  write timeouts: {}  locks lost: {}",
-        c.reads, c.writes, c.fifo_checks, c.fifo_skipped, c.timeouts, c.lost
+        "reads: {}  writes: {}  FIFO checks: {}  skipped: {}  write timeouts: {}  locks lost: {}  \
+         killed: {}",
+        c.reads, c.writes, c.fifo_checks, c.fifo_skipped, c.timeouts, c.lost, c.kills
     );
     for v in &c.violations {
         println!("VIOLATION: {v}");
