@@ -53,14 +53,28 @@ fn run(opts: &stress::Options) -> (stress::Check, String) {
     (report.check, out)
 }
 
+/// The checks every run ends with: no violation, and the summary's last line says so.
+fn assert_no_violation(c: &stress::Check, out: &str) {
+    assert!(c.violations.is_empty(), "{out}");
+    assert!(out.trim_end().ends_with("violations: 0"), "{out}");
+}
+
+/// Whether `unshare` can make pid namespaces here (root): the workers judged by lease
+/// need them.
+fn pid_namespaces_work() -> bool {
+    Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "--", "true"])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 #[test]
 fn five_second_stress_has_no_violation() {
     let dir = tempfile::tempdir().expect("tempdir");
     let opts = stress::Options::new(4, 3, Duration::from_secs(5), dir.path().to_path_buf());
     let (c, out) = run(&opts);
-    let c = &c;
-    assert!(c.violations.is_empty(), "{out}");
-    assert!(out.trim_end().ends_with("violations: 0"), "{out}");
+    assert_no_violation(&c, &out);
     assert!(c.reads >= 20 && c.writes >= 20, "too little traffic: {out}");
     assert!(c.max_readers >= 2, "{out}");
     assert!(
@@ -78,11 +92,7 @@ fn five_second_stress_has_no_violation() {
 /// where it cannot run.
 #[test]
 fn long_holds_have_no_violation() {
-    let unshare = Command::new("unshare")
-        .args(["--pid", "--fork", "--mount-proc", "--", "true"])
-        .stderr(std::process::Stdio::null())
-        .status();
-    let pidns = if unshare.is_ok_and(|s| s.success()) {
+    let pidns = if pid_namespaces_work() {
         3
     } else {
         eprintln!(
@@ -97,8 +107,7 @@ fn long_holds_have_no_violation() {
     opts.hold = Some((Duration::from_millis(2_500), Duration::from_secs(5)));
     opts.pidns = pidns;
     let (c, out) = run(&opts);
-    assert!(c.violations.is_empty(), "{out}");
-    assert!(out.trim_end().ends_with("violations: 0"), "{out}");
+    assert_no_violation(&c, &out);
     assert!(c.reads >= 4 && c.writes >= 4, "too little traffic: {out}");
     assert!(c.max_readers >= 2, "{out}");
 }
@@ -113,16 +122,11 @@ fn reader_threads_sharing_files_have_no_violation() {
     let mut opts = stress::Options::new(3, 3, Duration::from_secs(5), dir.path().to_path_buf());
     opts.reader_threads = 3;
     let (c, out) = run(&opts);
-    assert!(c.violations.is_empty(), "{out}");
-    assert!(out.trim_end().ends_with("violations: 0"), "{out}");
+    assert_no_violation(&c, &out);
     assert!(c.reads >= 20 && c.writes >= 20, "too little traffic: {out}");
     assert!(c.max_readers >= 3, "{out}");
 
-    let unshare = Command::new("unshare")
-        .args(["--pid", "--fork", "--mount-proc", "--", "true"])
-        .stderr(std::process::Stdio::null())
-        .status();
-    opts.pidns = if unshare.is_ok_and(|s| s.success()) {
+    opts.pidns = if pid_namespaces_work() {
         3
     } else {
         eprintln!("note: the long-hold part runs without pid namespaces (needs root)");
@@ -132,8 +136,7 @@ fn reader_threads_sharing_files_have_no_violation() {
     opts.lease = Some(Duration::from_secs(2));
     opts.hold = Some((Duration::from_millis(2_500), Duration::from_secs(5)));
     let (c, out) = run(&opts);
-    assert!(c.violations.is_empty(), "{out}");
-    assert!(out.trim_end().ends_with("violations: 0"), "{out}");
+    assert_no_violation(&c, &out);
     assert!(c.reads >= 4 && c.writes >= 2, "too little traffic: {out}");
 }
 
@@ -150,8 +153,7 @@ fn killed_workers_leave_no_violation() {
     let mut opts = stress::Options::new(4, 4, Duration::from_secs(10), dir.path().to_path_buf());
     opts.kill = Some(Duration::from_millis(100));
     let (c, out) = run(&opts);
-    assert!(c.violations.is_empty(), "{out}");
-    assert!(out.trim_end().ends_with("violations: 0"), "{out}");
+    assert_no_violation(&c, &out);
     assert!(c.reads >= 20 && c.writes >= 20, "too little traffic: {out}");
     assert!(c.kills >= 20, "too few kills: {out}");
     assert!(
@@ -159,11 +161,7 @@ fn killed_workers_leave_no_violation() {
         "no kill struck a holder or a queued writer: {out}"
     );
 
-    let unshare = Command::new("unshare")
-        .args(["--pid", "--fork", "--mount-proc", "--", "true"])
-        .stderr(std::process::Stdio::null())
-        .status();
-    if !unshare.is_ok_and(|s| s.success()) {
+    if !pid_namespaces_work() {
         eprintln!(
             "note: killed_workers_leave_no_violation skips its part judged by lease: \
              `unshare --pid --fork --mount-proc` does not work here (needs root)"
@@ -174,8 +172,7 @@ fn killed_workers_leave_no_violation() {
     opts.pidns = 2;
     opts.lease = Some(Duration::from_secs(1));
     let (c, out) = run(&opts);
-    assert!(c.violations.is_empty(), "{out}");
-    assert!(out.trim_end().ends_with("violations: 0"), "{out}");
+    assert_no_violation(&c, &out);
     assert!(c.reads >= 10 && c.writes >= 10, "too little traffic: {out}");
     assert!(c.kills >= 20, "too few kills: {out}");
 }
