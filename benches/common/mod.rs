@@ -91,11 +91,40 @@ pub fn fs_type(path: &Path) -> String {
         (statfs::NFS_SUPER_MAGIC, "nfs"),
         (statfs::FUSE_SUPER_MAGIC, "fuse"),
     ];
-    known
+    let name = known
         .iter()
         .find(|(m, _)| *m == t)
         .map(|(_, n)| (*n).to_string())
-        .unwrap_or_else(|| format!("{:#x}", t.0))
+        .unwrap_or_else(|| format!("{:#x}", t.0));
+    if name == "ext4" && ext4_journal(path) == Some(false) {
+        // Without a journal ext4 makes each new inode skip the recently deleted ones,
+        // a cost of every grant under contention (docs/notes/contention.md §27).
+        return "ext4, no journal".into();
+    }
+    name
+}
+
+/// Whether the ext4 filesystem holding `path` has a journal: its device's
+/// `/sys/fs/ext4/<device>/journal_task` names the journal's thread, or says `<none>`.
+/// `None` when that cannot be found out.
+fn ext4_journal(path: &Path) -> Option<bool> {
+    let path = path.canonicalize().ok()?;
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    // The mount whose mount point is the longest prefix of `path`, and its source.
+    let (_, source) = mountinfo
+        .lines()
+        .filter_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            let point = left.split(' ').nth(4)?;
+            let mut right = right.split(' ');
+            (right.next()? == "ext4").then_some(())?;
+            Some((point, right.next()?))
+        })
+        .filter(|(point, _)| path.starts_with(point))
+        .max_by_key(|(point, _)| point.len())?;
+    let device = Path::new(source).file_name()?.to_str()?;
+    let task = std::fs::read_to_string(format!("/sys/fs/ext4/{device}/journal_task")).ok()?;
+    Some(task.trim() != "<none>")
 }
 
 /// `CLOCK_MONOTONIC` in nanoseconds: comparable between processes of this host.
