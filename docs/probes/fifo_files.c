@@ -22,12 +22,21 @@
  * (W2's look before the gate); JUDGE=1 rwdir's judgement of the predecessor (open,
  * fstat, read of its record, close); LINK=1 creates each file as rwdir does, an O_TMPFILE
  * written ahead and then linkat(AT_EMPTY_PATH) (needs CAP_DAC_READ_SEARCH, e.g. root).
+ * REST=63 adds every other call strace shows in rwdir's contended write (contention.md
+ * section 28), as a sum of bits: 1 the checks of the state directory's place (fstatat of
+ * its path at the acquisition, of its name in the parent at the grant and after the
+ * release), 2 the spare's fstat, 4 the look at the predecessor's name before its watch,
+ * 8 the wait as ppoll (1 ms timeout) then read, 16 W6's and the release's fstatat of
+ * `.master_lock`, 32 the bench's counter kept in a file (pread + pwrite). Give DIR as
+ * a directory inside another (e.g. /dev/shm/ff/sub): bit 1 looks its name up there.
  * Prints grants per second over SECS seconds, and voluntary context switches and CPU
  * (user + system) per grant, summed over the children (getrusage). */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <libgen.h>
+#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,6 +73,8 @@ static void list(int dfd, const char *mine, char *pred) {
     }
 }
 
+static int rest; /* REST: the bits above */
+
 /* Waits until `name` in dfd is removed. The watch is made again after each wake-up:
  * `.master_lock` is one name for many inodes, and a wake-up can find the next one
  * already made (the watch of the one removed is then gone). */
@@ -75,9 +86,15 @@ static void wait_gone(int ino, int dfd, const char *dir, const char *name, uint3
     for (;;) {
         /* The same wd while the name is the same inode; the watch of a removed inode
          * goes by itself (IN_IGNORED, read as a spurious wake-up). */
+        if ((rest & 4) && fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return;
         wd = inotify_add_watch(ino, path, mask);
         if (wd < 0) return; /* already gone */
         if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) break;
+        if (rest & 8) {
+            struct pollfd p = { .fd = ino, .events = POLLIN };
+            struct timespec ms = { 0, 1000000 };
+            while (ppoll(&p, 1, (rest & 64) ? NULL : &ms, NULL) == 0) {}
+        }
         if (read(ino, ev, sizeof ev) <= 0) break;
     }
     inotify_rm_watch(ino, wd);
@@ -100,6 +117,8 @@ static int create(int dfd, const char *name, const char *record, int link) {
     static int spare = -1;
     if (spare < 0) {
         spare = openat(dfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+        struct stat st;
+        if ((rest & 2) && spare >= 0 && name[1] == 'm') fstat(spare, &st);
         if (spare < 0 || pwrite(spare, record, 200, 0) != 200) { errno = EIO; return -1; }
     }
     if (linkat(spare, "", dfd, name, AT_EMPTY_PATH) != 0) return -1;
@@ -111,10 +130,19 @@ static int create(int dfd, const char *name, const char *record, int link) {
 static void child(const char *dir, struct shared *sh, uint32_t mask, int token, int look, int judge, int link) {
     int dfd = open(dir, O_RDONLY | O_DIRECTORY);
     int ino = inotify_init1(IN_CLOEXEC);
+    char d1[512], d2[512];
+    snprintf(d1, sizeof d1, "%s", dir);
+    snprintf(d2, sizeof d2, "%s", dir);
+    int parent = open(dirname(d1), O_RDONLY | O_DIRECTORY);
+    const char *base = basename(d2);
+    int counter = openat(dfd, "counter", O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    struct stat st;
+    long value = 0;
     char record[200];
     memset(record, 'r', sizeof record);
     char mine[64], pred[256];
     while (!sh->stop) {
+        if (rest & 1) fstatat(AT_FDCWD, dir, &st, AT_SYMLINK_NOFOLLOW);
         snprintf(mine, sizeof mine, ".p-%020llu-%08d", (unsigned long long)real_ns(), getpid());
         int pfd = create(dfd, mine, record, link);
         if (pfd < 0) { perror("pending"); sh->bad = 1; return; }
@@ -147,13 +175,18 @@ static void child(const char *dir, struct shared *sh, uint32_t mask, int token, 
             }
         }
         list(dfd, NULL, pred); /* the drain's look: no reader here */
+        if (rest & 16) fstatat(dfd, ".master_lock", &st, AT_SYMLINK_NOFOLLOW);
+        if (rest & 1) fstatat(parent, base, &st, AT_SYMLINK_NOFOLLOW);
         if (__atomic_exchange_n(&sh->inside, 1, __ATOMIC_SEQ_CST) != 0) sh->bad = 2;
         sh->grants++;
+        if ((rest & 32) && (pread(counter, &value, sizeof value, 0) < 0 || (value++, pwrite(counter, &value, sizeof value, 0)) < 0)) sh->bad = 1;
         __atomic_store_n(&sh->inside, 0, __ATOMIC_SEQ_CST);
+        if (rest & 16) fstatat(dfd, ".master_lock", &st, AT_SYMLINK_NOFOLLOW);
         unlinkat(dfd, ".master_lock", 0);
         unlinkat(dfd, mine, 0);
         close(mfd);
         close(pfd);
+        if (rest & 1) fstatat(parent, base, &st, AT_SYMLINK_NOFOLLOW);
     }
 }
 
@@ -167,9 +200,10 @@ int main(int argc, char **argv) {
     int look = getenv("LOOK") && atoi(getenv("LOOK"));
     int judge = getenv("JUDGE") && atoi(getenv("JUDGE"));
     int link = getenv("LINK") && atoi(getenv("LINK"));
+    rest = getenv("REST") ? atoi(getenv("REST")) : 0;
     mkdir(dir, 0755);
     char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -f %s/.p-* %s/.t-* %s/.master_lock", dir, dir, dir);
+    snprintf(cmd, sizeof cmd, "rm -f %s/.p-* %s/.t-* %s/.master_lock %s/counter", dir, dir, dir, dir);
     if (system(cmd) != 0) return 1;
     struct shared *sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     for (int i = 0; i < n; i++) if (fork() == 0) { child(dir, sh, mask, token, look, judge, link); _exit(0); }
@@ -183,8 +217,8 @@ int main(int argc, char **argv) {
     getrusage(RUSAGE_CHILDREN, &ru);
     double cpu = ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
     long all = sh->grants;
-    printf("N=%d: %.0f grants/s, %.2f voluntary switches and %.0f us CPU per grant%s%s%s%s%s\n", n, g / (t1 - t0),
-           (double)ru.ru_nvcsw / all, cpu * 1e6 / all, sh->bad ? ", EXCLUSION OR I/O FAILED" : "", token ? " +token" : "", look ? " +look" : "", judge ? " +judge" : "", link ? " +link" : "");
+    printf("N=%d: %.0f grants/s, %.2f voluntary switches and %.0f us CPU per grant%s%s%s%s%s%s\n", n, g / (t1 - t0),
+           (double)ru.ru_nvcsw / all, cpu * 1e6 / all, sh->bad ? ", EXCLUSION OR I/O FAILED" : "", token ? " +token" : "", look ? " +look" : "", judge ? " +judge" : "", link ? " +link" : "", rest ? " +rest" : "");
     system(cmd);
     return sh->bad ? 1 : 0;
 }

@@ -134,6 +134,9 @@ struct Attempt<'a> {
     /// The owner of the one file the next pause waits for, if its exit is an event
     /// ([`crate::judge::Judged::owner`]): set with `interest`.
     owner: Option<ExitWatch>,
+    /// Whether the one file the next pause waits for is a queued writer's whose record
+    /// was not read (V15, see [`UNREAD_FIRST_PAUSE`]): set with `interest`.
+    unread: bool,
     /// When the last [`Attempt::look`] began.
     looked: Instant,
     /// Pauses this acquisition has taken.
@@ -161,6 +164,15 @@ const LOOKING_PAUSES: u32 = 4;
 /// so only a wake-up after a pause longer than this writes it after the wake-up.
 const SPARE_FRESH: Duration = Duration::from_millis(20);
 
+/// The shortest first pause of a wait behind a queued writer whose record was not read
+/// (V15): it ends at that file's removal, and only a dead owner needs the pause to run
+/// out (the look after it judges the file). A timeout shorter than the kernel's tick
+/// (4 ms at `CONFIG_HZ=250`) is usually the CPU's next timer, so arming it and taking it
+/// back each reprogram the timer device, which a virtual machine pays as two exits: the
+/// 1 ms first pause of the back-off cost contended writers at N=8 a tenth of their grants
+/// on the benchmark VM, and a 5 ms one nothing (docs/notes/contention.md §28).
+const UNREAD_FIRST_PAUSE: Duration = Duration::from_millis(10);
+
 impl<'a> Attempt<'a> {
     fn new(
         sd: &'a StateDir,
@@ -184,6 +196,7 @@ impl<'a> Attempt<'a> {
             subscribed: false,
             interest: Interest::ALL,
             owner: None,
+            unread: false,
             looked: Instant::now(),
             pauses: 0,
             spares: std::cell::RefCell::new(Vec::new()),
@@ -267,21 +280,36 @@ impl<'a> Attempt<'a> {
         // listing and a judgement while the writers ahead take their turns (issue #14).
         let behind_queue = matches!(interest.single_file(), Some(LockName::Pending { .. }));
         let owner = self.owner.take();
+        let unread = std::mem::take(&mut self.unread);
         // And the short pauses of the back-off are for waits that only polling may end:
         // this one ends at an event (the file's removal, or its owner's exit, which the
         // wait watches once it holds a pidfd of it; until then its first pause is cut to
         // `notify::FIRST_WAIT`), so its pauses start at the maximum poll interval. Under
         // contention the first 1 ms pause ran out in about every other wait, a wake-up
         // for nothing.
-        if behind_queue && owner.is_some() && self.wake.is_some() && !self.sd.is_remote() {
-            self.backoff.skip_short(self.cfg.max_poll);
+        // Behind a writer whose record we did not read (V15), the first pause still
+        // ends in a judgement, but not under the tick (`UNREAD_FIRST_PAUSE`).
+        if behind_queue && self.wake.is_some() && !self.sd.is_remote() {
+            if owner.is_some() {
+                self.backoff.skip_short(self.cfg.max_poll);
+            } else if unread {
+                self.backoff.skip_short(UNREAD_FIRST_PAUSE);
+            }
         }
         if let Some(w) = &self.wake {
             w.concerns(interest, owner);
         }
         let mut renew = renew;
         loop {
+            #[cfg(test)]
+            let paused = Instant::now();
             let removed = self.wait(renew, keep).await?;
+            #[cfg(test)]
+            tests::PAUSES_SHARED.with(|p| {
+                if let Some(p) = p.borrow().as_ref() {
+                    p.lock().push(paused.elapsed());
+                }
+            });
             self.pauses = self.pauses.saturating_add(1);
             if self.wake.as_ref().is_some_and(Subscription::dead) {
                 // No event will come (no inotify instance could be made, or the
@@ -977,7 +1005,7 @@ async fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<Own> {
         // predecessor that is not the head of the queue is waited for unjudged. Its
         // record (an open, a read, its owner's pidfd) is needed only if it is dead, and
         // a dead one is found by the judgement after that pause, which the polling
-        // floor ends (the first pause is the shortest). The writer that queues again
+        // floor ends (`UNREAD_FIRST_PAUSE`: 5-15 ms). The writer that queues again
         // at its release is the one that does this, on the path a successor woken on
         // its CPU waits out (contention.md §25). Local filesystems only; the head's
         // record is read at once, for V9's nonce.
@@ -987,6 +1015,7 @@ async fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<Own> {
         } else {
             None
         };
+        at.unread = unread.is_some();
         if let Some(p) = unread {
             predecessor = Some(*p);
         } else {
@@ -1210,6 +1239,9 @@ mod tests {
         /// waiter looks again only when woken (or at its backstop).
         pub(super) static COVERED_SHARED: std::cell::RefCell<Option<std::sync::Arc<std::sync::atomic::AtomicUsize>>> =
             const { std::cell::RefCell::new(None) };
+        /// How long each pause of this thread lasted, readable from another thread.
+        pub(super) static PAUSES_SHARED: std::cell::RefCell<Option<std::sync::Arc<parking_lot::Mutex<Vec<Duration>>>>> =
+            const { std::cell::RefCell::new(None) };
     }
 
     fn config(dir: &std::path::Path) -> Config {
@@ -1261,6 +1293,7 @@ mod tests {
             let lookups = counters.map(|c| std::sync::Arc::clone(&c.lookups));
             let master_reads = counters.map(|c| std::sync::Arc::clone(&c.master_reads));
             let pending_reads = counters.map(|c| std::sync::Arc::clone(&c.pending_reads));
+            let pauses = counters.map(|c| std::sync::Arc::clone(&c.pauses));
             let (tx, granted) = crossbeam_channel::bounded(1);
             let (release, rx) = crossbeam_channel::bounded::<()>(1);
             let lk = lk.clone();
@@ -1271,6 +1304,7 @@ mod tests {
                 crate::fsops::EXISTS_SHARED.with(|s| *s.borrow_mut() = lookups);
                 crate::fsops::MASTER_READS_SHARED.with(|s| *s.borrow_mut() = master_reads);
                 crate::fsops::PENDING_READS_SHARED.with(|s| *s.borrow_mut() = pending_reads);
+                PAUSES_SHARED.with(|s| *s.borrow_mut() = pauses);
                 let read = || counter.as_ref().map_or(0, |n| n.load(Ordering::SeqCst));
                 if write {
                     let g = lk.write().expect("write");
@@ -1321,6 +1355,8 @@ mod tests {
         master_reads: std::sync::Arc<std::sync::atomic::AtomicUsize>,
         /// Reads of queued writers' files (their judgements).
         pending_reads: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+        /// How long each pause lasted.
+        pauses: std::sync::Arc<parking_lot::Mutex<Vec<Duration>>>,
     }
 
     impl Counters {
@@ -1338,6 +1374,10 @@ mod tests {
 
         fn pending_reads(&self) -> usize {
             self.pending_reads.load(Ordering::SeqCst)
+        }
+
+        fn pauses(&self) -> Vec<Duration> {
+            self.pauses.lock().clone()
         }
 
         /// Waits until the waiter's looking pauses are over (its first pause slept on
@@ -1558,6 +1598,39 @@ mod tests {
             c_counters.pending_reads(),
             0,
             "C read a queued writer's file while waiting behind B"
+        );
+    }
+
+    /// V15's wait (behind a queued writer whose file was not read) takes no pause shorter
+    /// than the kernel's tick, though it ends in a judgement: such a timeout costs two
+    /// reprogrammings of the timer device, which a virtual machine pays in exits, on
+    /// every contended grant (contention.md §28). Red with the back-off's first pause
+    /// (0.5-1.5 ms here).
+    #[test]
+    fn a_wait_behind_an_unread_queued_writer_pauses_past_the_tick() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let lk = counting_lock(dir.path());
+        let queued = |n: usize| lk.status().expect("status").pending.len() >= n;
+        let h = lk.write().expect("H");
+        let a = Taker::spawn(&lk, None, true);
+        wait_for("A queued", || queued(1));
+        let b = Taker::spawn(&lk, None, true);
+        wait_for("B queued", || queued(2));
+        let c_counters = Counters::default();
+        let c = Taker::spawn(&lk, Some(&c_counters), true);
+        // Nothing changes while H holds: C's first pause runs out, and the look after
+        // it reads B's file.
+        wait_for("C judged B after its first pause", || {
+            c_counters.pending_reads() >= 1
+        });
+        let first = c_counters.pauses().first().copied();
+        drop(h);
+        in_turn([a, b, c]);
+        let first = first.expect("C paused before it judged B");
+        assert!(
+            first >= UNREAD_FIRST_PAUSE / 2,
+            "C's first pause behind B lasted {first:?}, under {:?}",
+            UNREAD_FIRST_PAUSE / 2
         );
     }
 
