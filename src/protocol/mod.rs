@@ -1569,6 +1569,22 @@ mod tests {
         );
     }
 
+    /// H holds (V6: no pending file), writers A and B queue behind it, and C, counted
+    /// with `c_counters`, asks behind B: a queued writer that is not the head (V15).
+    fn behind_two_queued(
+        lk: &crate::DirLock,
+        c_counters: &Counters,
+    ) -> (crate::WriteGuard, Taker, Taker, Taker) {
+        let queued = |n: usize| lk.status().expect("status").pending.len() >= n;
+        let h = lk.write().expect("H");
+        let a = Taker::spawn(lk, None, true);
+        wait_for("A queued", || queued(1));
+        let b = Taker::spawn(lk, None, true);
+        wait_for("B queued", || queued(2));
+        let c = Taker::spawn(lk, Some(c_counters), true);
+        (h, a, b, c)
+    }
+
     /// V15: a writer whose predecessor is a queued writer behind the head of the queue
     /// waits for it without reading its file, if the wait ends before its first pause
     /// does (here the first pause is 5-15 s, the wait a few hand-offs). Its grant comes
@@ -1580,17 +1596,10 @@ mod tests {
             .poll_interval(Duration::from_secs(10), Duration::from_secs(20))
             .build()
             .expect("lock");
-        let queued = |n: usize| lk.status().expect("status").pending.len() >= n;
-        // H holds (V6: no pending file), A and B queue behind it, C behind B.
-        let h = lk.write().expect("H");
-        let a = Taker::spawn(&lk, None, true);
-        wait_for("A queued", || queued(1));
-        let b = Taker::spawn(&lk, None, true);
-        wait_for("B queued", || queued(2));
         let c_counters = Counters::default();
-        let c = Taker::spawn(&lk, Some(&c_counters), true);
+        let (h, a, b, c) = behind_two_queued(&lk, &c_counters);
         wait_for("C queued and looked", || {
-            queued(3) && c_counters.listings() >= 1
+            lk.status().expect("status").pending.len() >= 3 && c_counters.listings() >= 1
         });
         drop(h);
         in_turn([a, b, c]);
@@ -1610,14 +1619,8 @@ mod tests {
     fn a_wait_behind_an_unread_queued_writer_pauses_past_the_tick() {
         let dir = tempfile::tempdir().expect("tempdir");
         let lk = counting_lock(dir.path());
-        let queued = |n: usize| lk.status().expect("status").pending.len() >= n;
-        let h = lk.write().expect("H");
-        let a = Taker::spawn(&lk, None, true);
-        wait_for("A queued", || queued(1));
-        let b = Taker::spawn(&lk, None, true);
-        wait_for("B queued", || queued(2));
         let c_counters = Counters::default();
-        let c = Taker::spawn(&lk, Some(&c_counters), true);
+        let (h, a, b, c) = behind_two_queued(&lk, &c_counters);
         // Nothing changes while H holds: C's first pause runs out, and the look after
         // it reads B's file.
         wait_for("C judged B after its first pause", || {
