@@ -134,9 +134,6 @@ struct Attempt<'a> {
     /// The owner of the one file the next pause waits for, if its exit is an event
     /// ([`crate::judge::Judged::owner`]): set with `interest`.
     owner: Option<ExitWatch>,
-    /// Whether the one file the next pause waits for is a queued writer's whose record
-    /// was not read (V15, see [`UNREAD_FIRST_PAUSE`]): set with `interest`.
-    unread: bool,
     /// When the last [`Attempt::look`] began.
     looked: Instant,
     /// Pauses this acquisition has taken.
@@ -164,9 +161,10 @@ const LOOKING_PAUSES: u32 = 4;
 /// so only a wake-up after a pause longer than this writes it after the wake-up.
 const SPARE_FRESH: Duration = Duration::from_millis(20);
 
-/// The shortest first pause of a wait behind a queued writer whose record was not read
-/// (V15): it ends at that file's removal, and only a dead owner needs the pause to run
-/// out (the look after it judges the file). A timeout shorter than the kernel's tick
+/// The shortest first pause of a wait behind a queued writer whose owner's exit is not
+/// watched: its record not read yet (V15), or an owner judged by its lease. The wait ends
+/// at that file's removal, and only a dead owner needs the pause to run out (the look
+/// after it judges the file). A timeout shorter than the kernel's tick
 /// (4 ms at `CONFIG_HZ=250`) is usually the CPU's next timer, so arming it and taking it
 /// back each reprogram the timer device, which a virtual machine pays as two exits: the
 /// 1 ms first pause of the back-off cost contended writers at N=8 a tenth of their grants
@@ -196,7 +194,6 @@ impl<'a> Attempt<'a> {
             subscribed: false,
             interest: Interest::ALL,
             owner: None,
-            unread: false,
             looked: Instant::now(),
             pauses: 0,
             spares: std::cell::RefCell::new(Vec::new()),
@@ -280,21 +277,22 @@ impl<'a> Attempt<'a> {
         // listing and a judgement while the writers ahead take their turns (issue #14).
         let behind_queue = matches!(interest.single_file(), Some(LockName::Pending { .. }));
         let owner = self.owner.take();
-        let unread = std::mem::take(&mut self.unread);
         // And the short pauses of the back-off are for waits that only polling may end:
         // this one ends at an event (the file's removal, or its owner's exit, which the
         // wait watches once it holds a pidfd of it; until then its first pause is cut to
         // `notify::FIRST_WAIT`), so its pauses start at the maximum poll interval. Under
         // contention the first 1 ms pause ran out in about every other wait, a wake-up
         // for nothing.
-        // Behind a writer whose record we did not read (V15), the first pause still
-        // ends in a judgement, but not under the tick (`UNREAD_FIRST_PAUSE`).
+        // Behind a writer whose owner's exit is not watched (its record not read yet,
+        // V15, or an owner judged by its lease), the first pause still ends in a look,
+        // but not under the tick (`UNREAD_FIRST_PAUSE`).
         if behind_queue && self.wake.is_some() && !self.sd.is_remote() {
-            if owner.is_some() {
-                self.backoff.skip_short(self.cfg.max_poll);
-            } else if unread {
-                self.backoff.skip_short(UNREAD_FIRST_PAUSE);
-            }
+            let first = if owner.is_some() {
+                self.cfg.max_poll
+            } else {
+                UNREAD_FIRST_PAUSE
+            };
+            self.backoff.skip_short(first);
         }
         if let Some(w) = &self.wake {
             w.concerns(interest, owner);
@@ -1015,7 +1013,6 @@ async fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<Own> {
         } else {
             None
         };
-        at.unread = unread.is_some();
         if let Some(p) = unread {
             predecessor = Some(*p);
         } else {
