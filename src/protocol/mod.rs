@@ -169,7 +169,7 @@ const SPARE_FRESH: Duration = Duration::from_millis(20);
 /// back each reprogram the timer device, which a virtual machine pays as two exits: the
 /// 1 ms first pause of the back-off cost contended writers at N=8 a tenth of their grants
 /// on the benchmark VM, and a 5 ms one nothing (docs/notes/contention.md §28).
-const UNREAD_FIRST_PAUSE: Duration = Duration::from_millis(10);
+const UNWATCHED_FIRST_PAUSE: Duration = Duration::from_millis(10);
 
 impl<'a> Attempt<'a> {
     fn new(
@@ -277,20 +277,20 @@ impl<'a> Attempt<'a> {
         // listing and a judgement while the writers ahead take their turns (issue #14).
         let behind_queue = matches!(interest.single_file(), Some(LockName::Pending { .. }));
         let owner = self.owner.take();
-        // And the short pauses of the back-off are for waits that only polling may end:
-        // this one ends at an event (the file's removal, or its owner's exit, which the
-        // wait watches once it holds a pidfd of it; until then its first pause is cut to
-        // `notify::FIRST_WAIT`), so its pauses start at the maximum poll interval. Under
-        // contention the first 1 ms pause ran out in about every other wait, a wake-up
-        // for nothing.
-        // Behind a writer whose owner's exit is not watched (its record not read yet,
-        // V15, or an owner judged by its lease), the first pause still ends in a look,
-        // but not under the tick (`UNREAD_FIRST_PAUSE`).
+        // And the short pauses of the back-off are for waits that only polling may end.
+        // This one ends at an event: the file's removal, or its owner's exit once the
+        // wait holds a pidfd of it (until then its first pause is cut to
+        // `notify::FIRST_WAIT`). Under contention the first 1 ms pause ran out in about
+        // every other such wait, a wake-up for nothing. So its pauses start at the
+        // maximum poll interval when the owner's exit is watched, and otherwise (its
+        // record not read yet, V15, or an owner judged by its lease) at
+        // `UNWATCHED_FIRST_PAUSE`: the first pause still ends in a look, but not under
+        // the tick.
         if behind_queue && self.wake.is_some() && !self.sd.is_remote() {
             let first = if owner.is_some() {
                 self.cfg.max_poll
             } else {
-                UNREAD_FIRST_PAUSE
+                UNWATCHED_FIRST_PAUSE
             };
             self.backoff.skip_short(first);
         }
@@ -1003,7 +1003,7 @@ async fn wait_turn(at: &mut Attempt<'_>, pending: &mut Own) -> Result<Own> {
         // predecessor that is not the head of the queue is waited for unjudged. Its
         // record (an open, a read, its owner's pidfd) is needed only if it is dead, and
         // a dead one is found by the judgement after that pause, which the polling
-        // floor ends (`UNREAD_FIRST_PAUSE`: 5-15 ms). The writer that queues again
+        // floor ends (`UNWATCHED_FIRST_PAUSE`: 5-15 ms). The writer that queues again
         // at its release is the one that does this, on the path a successor woken on
         // its CPU waits out (contention.md §25). Local filesystems only; the head's
         // record is read at once, for V9's nonce.
@@ -1628,9 +1628,9 @@ mod tests {
         in_turn([a, b, c]);
         let first = first.expect("C paused before it judged B");
         assert!(
-            first >= UNREAD_FIRST_PAUSE / 2,
+            first >= UNWATCHED_FIRST_PAUSE / 2,
             "C's first pause behind B lasted {first:?}, under {:?}",
-            UNREAD_FIRST_PAUSE / 2
+            UNWATCHED_FIRST_PAUSE / 2
         );
     }
 
