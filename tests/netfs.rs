@@ -34,6 +34,7 @@ use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -179,9 +180,22 @@ struct Spec<'a> {
     env: Vec<(&'a str, String)>,
 }
 
-/// A command prefix that runs what follows as host `host` (with a random boot id).
+/// A command prefix that runs what follows as host `host` (with a random boot id), in a
+/// process group of its own.
+///
+/// The group is what lets the freeze tests stop a holder with SIGSTOP however the suite
+/// was started. When a process group is orphaned (no member has a parent in another
+/// group of the same session) while a member is stopped, the kernel sends the group
+/// SIGHUP and SIGCONT (POSIX), which kills a stopped holder. The test binary's group is
+/// orphaned once the process that tied it to its session exits: measured, a shell that
+/// had started the suite in the background exited 6 s in, and a frozen holder and a
+/// frozen `rwdir write` died of SIGHUP (the `signal_generate` trace: sent by the
+/// kernel, in that shell's exit). A host's group is led by host.sh (then `unshare`),
+/// whose parent, the test binary, is in another group of the same session for as long
+/// as the host lives: never orphaned.
 fn on_host(rig: &Rig, host: &str, net: Option<&str>) -> Command {
     let mut cmd = Command::new("bash");
+    cmd.process_group(0);
     cmd.arg(&rig.host_sh).arg(host);
     if let Some(net) = net {
         cmd.arg("--net").arg(net);
