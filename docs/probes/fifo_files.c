@@ -27,8 +27,11 @@
  * its path at the acquisition, of its name in the parent at the grant and after the
  * release), 2 the spare's fstat, 4 the look at the predecessor's name before its watch,
  * 8 the wait as ppoll (1 ms timeout) then read, 16 W6's and the release's fstatat of
- * `.master_lock`, 32 the bench's counter kept in a file (pread + pwrite). Give DIR as
+ * `.master_lock`, 32 the bench's counter kept in a file (pread + pwrite), 64 (with 8)
+ * the ppoll without a timeout (section 28: the same as rwdir's 5 ms and longer). Give DIR as
  * a directory inside another (e.g. /dev/shm/ff/sub): bit 1 looks its name up there.
+ * SPIN=us makes a waiter spin instead of sleeping once its predecessor holds (YIELD=1:
+ * sched_yield between its looks; contention.md section 29).
  * Prints grants per second over SECS seconds, and voluntary context switches and CPU
  * (user + system) per grant, summed over the children (getrusage). */
 #define _GNU_SOURCE
@@ -37,6 +40,7 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,17 +61,26 @@ static uint64_t real_ns(void) { struct timespec t; clock_gettime(CLOCK_REALTIME,
 
 /* Lists dfd to the end; returns the youngest pending name older than `mine` in `pred`
  * (empty if none). */
+static char pred2[256]; /* after list(): the youngest pending name older than `pred` */
+
 static void list(int dfd, const char *mine, char *pred) {
     char buf[32768];
     pred[0] = 0;
+    pred2[0] = 0;
     lseek(dfd, 0, SEEK_SET);
     for (;;) {
         long n = syscall(SYS_getdents64, dfd, buf, sizeof buf);
         if (n <= 0) break;
         for (long off = 0; off < n;) {
             struct { uint64_t ino; int64_t off; unsigned short reclen; unsigned char type; char name[]; } *d = (void *)(buf + off);
-            if (mine && strncmp(d->name, ".p-", 3) == 0 && strcmp(d->name, mine) < 0 && strcmp(d->name, pred) > 0)
-                strcpy(pred, d->name);
+            if (mine && strncmp(d->name, ".p-", 3) == 0 && strcmp(d->name, mine) < 0) {
+                if (strcmp(d->name, pred) > 0) {
+                    strcpy(pred2, pred);
+                    strcpy(pred, d->name);
+                } else if (strcmp(d->name, pred2) > 0) {
+                    strcpy(pred2, d->name);
+                }
+            }
             off += d->reclen;
         }
     }
@@ -103,6 +116,24 @@ static void wait_gone(int ino, int dfd, const char *dir, const char *name, uint3
     fcntl(ino, F_SETFL, fl | O_NONBLOCK);
     while (read(ino, ev, sizeof ev) > 0) {}
     fcntl(ino, F_SETFL, fl);
+}
+
+/* SPIN=us: a waiter is awake when its predecessor leaves. It sleeps until the writer
+ * two ahead of it (`pred2`) is gone, which is when its predecessor takes the gate, and
+ * then looks (fstatat) at its predecessor's name in a loop, for at most `spin` µs
+ * (YIELD=1: sched_yield between looks), before it sleeps on it as without SPIN. With no
+ * writer two ahead (second in line) it spins at once. */
+static int spin_us, spin_yield;
+
+static void wait_spin(int ino, int dfd, const char *dir, const char *pred, const char *pp, uint32_t mask) {
+    struct stat st;
+    if (pp[0]) wait_gone(ino, dfd, dir, pp, mask);
+    double until = now() + spin_us / 1e6;
+    while (now() < until) {
+        if (fstatat(dfd, pred, &st, AT_SYMLINK_NOFOLLOW) != 0) return;
+        if (spin_yield) sched_yield();
+    }
+    wait_gone(ino, dfd, dir, pred, mask);
 }
 
 /* Creates `name` in dfd with a 200-byte record: open(O_CREAT|O_EXCL) and write, or with
@@ -155,7 +186,13 @@ static void child(const char *dir, struct shared *sh, uint32_t mask, int token, 
             if (j >= 0) { fstat(j, &st); if (read(j, rec, sizeof rec) < 0) sh->bad = 1; close(j); }
         }
         if (pred[0]) {
-            wait_gone(ino, dfd, dir, pred, mask);
+            if (spin_us) {
+                char pp[256];
+                strcpy(pp, pred2);
+                wait_spin(ino, dfd, dir, pred, pp, mask);
+            } else {
+                wait_gone(ino, dfd, dir, pred, mask);
+            }
             if (look) { char again[256]; list(dfd, mine, again); } /* rwdir's W2 look after the wake-up */
         }
         int mfd;
@@ -201,6 +238,8 @@ int main(int argc, char **argv) {
     int judge = getenv("JUDGE") && atoi(getenv("JUDGE"));
     int link = getenv("LINK") && atoi(getenv("LINK"));
     rest = getenv("REST") ? atoi(getenv("REST")) : 0;
+    spin_us = getenv("SPIN") ? atoi(getenv("SPIN")) : 0;
+    spin_yield = getenv("YIELD") && atoi(getenv("YIELD"));
     mkdir(dir, 0755);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -f %s/.p-* %s/.t-* %s/.master_lock %s/counter", dir, dir, dir, dir);
@@ -217,8 +256,8 @@ int main(int argc, char **argv) {
     getrusage(RUSAGE_CHILDREN, &ru);
     double cpu = ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
     long all = sh->grants;
-    printf("N=%d: %.0f grants/s, %.2f voluntary switches and %.0f us CPU per grant%s%s%s%s%s%s\n", n, g / (t1 - t0),
-           (double)ru.ru_nvcsw / all, cpu * 1e6 / all, sh->bad ? ", EXCLUSION OR I/O FAILED" : "", token ? " +token" : "", look ? " +look" : "", judge ? " +judge" : "", link ? " +link" : "", rest ? " +rest" : "");
+    printf("N=%d: %.0f grants/s, %.2f voluntary switches and %.0f us CPU per grant%s%s%s%s%s%s%s\n", n, g / (t1 - t0),
+           (double)ru.ru_nvcsw / all, cpu * 1e6 / all, sh->bad ? ", EXCLUSION OR I/O FAILED" : "", token ? " +token" : "", look ? " +look" : "", judge ? " +judge" : "", link ? " +link" : "", rest ? " +rest" : "", spin_us ? " +spin" : "");
     system(cmd);
     return sh->bad ? 1 : 0;
 }
