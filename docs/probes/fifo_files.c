@@ -32,6 +32,10 @@
  * a directory inside another (e.g. /dev/shm/ff/sub): bit 1 looks its name up there.
  * SPIN=us makes a waiter spin instead of sleeping once its predecessor holds (YIELD=1:
  * sched_yield between its looks; contention.md section 29).
+ * GATELINK=1 makes the gate without a new inode: `.master_lock` is a second name of the
+ * writer's own pending file, linkat(pending fd, "", AT_EMPTY_PATH), so a contended grant
+ * creates one inode instead of two (contention.md section 30). Its waiters then see the
+ * gate's unlink as an IN_ATTRIB of the pending file they watch; QUIET=1 spares them it.
  * Prints grants per second over SECS seconds, and voluntary context switches and CPU
  * (user + system) per grant, summed over the children (getrusage). */
 #define _GNU_SOURCE
@@ -158,6 +162,15 @@ static int create(int dfd, const char *name, const char *record, int link) {
     return fd;
 }
 
+/* GATELINK=1: `.master_lock` as a second name of our pending file's inode; returns a
+ * descriptor of it, -1 with errno EEXIST if the name is taken. */
+static int gatelink;
+
+static int gate_link(int pfd, int dfd) {
+    if (linkat(pfd, "", dfd, ".master_lock", AT_EMPTY_PATH) != 0) return -1;
+    return dup(pfd);
+}
+
 static void child(const char *dir, struct shared *sh, uint32_t mask, int token, int look, int judge, int link) {
     int dfd = open(dir, O_RDONLY | O_DIRECTORY);
     int ino = inotify_init1(IN_CLOEXEC);
@@ -196,7 +209,7 @@ static void child(const char *dir, struct shared *sh, uint32_t mask, int token, 
             if (look) { char again[256]; list(dfd, mine, again); } /* rwdir's W2 look after the wake-up */
         }
         int mfd;
-        while ((mfd = create(dfd, ".master_lock", record, link)) < 0) {
+        while ((mfd = gatelink ? gate_link(pfd, dfd) : create(dfd, ".master_lock", record, link)) < 0) {
             if (errno != EEXIST) { perror("master"); sh->bad = 1; return; }
             wait_gone(ino, dfd, dir, ".master_lock", mask);
         }
@@ -238,6 +251,7 @@ int main(int argc, char **argv) {
     int judge = getenv("JUDGE") && atoi(getenv("JUDGE"));
     int link = getenv("LINK") && atoi(getenv("LINK"));
     rest = getenv("REST") ? atoi(getenv("REST")) : 0;
+    gatelink = getenv("GATELINK") && atoi(getenv("GATELINK"));
     spin_us = getenv("SPIN") ? atoi(getenv("SPIN")) : 0;
     spin_yield = getenv("YIELD") && atoi(getenv("YIELD"));
     mkdir(dir, 0755);
@@ -256,8 +270,8 @@ int main(int argc, char **argv) {
     getrusage(RUSAGE_CHILDREN, &ru);
     double cpu = ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
     long all = sh->grants;
-    printf("N=%d: %.0f grants/s, %.2f voluntary switches and %.0f us CPU per grant%s%s%s%s%s%s%s\n", n, g / (t1 - t0),
-           (double)ru.ru_nvcsw / all, cpu * 1e6 / all, sh->bad ? ", EXCLUSION OR I/O FAILED" : "", token ? " +token" : "", look ? " +look" : "", judge ? " +judge" : "", link ? " +link" : "", rest ? " +rest" : "", spin_us ? " +spin" : "");
+    printf("N=%d: %.0f grants/s, %.2f voluntary switches and %.0f us CPU per grant%s%s%s%s%s%s%s%s\n", n, g / (t1 - t0),
+           (double)ru.ru_nvcsw / all, cpu * 1e6 / all, sh->bad ? ", EXCLUSION OR I/O FAILED" : "", token ? " +token" : "", look ? " +look" : "", judge ? " +judge" : "", link ? " +link" : "", rest ? " +rest" : "", spin_us ? " +spin" : "", gatelink ? " +gatelink" : "");
     system(cmd);
     return sh->bad ? 1 : 0;
 }
