@@ -803,16 +803,29 @@ fn a_lease_option_is_accepted() {
 #[test]
 fn an_uncontended_rwdir_runs_on_one_thread() {
     let t = Dir::new();
+    // Count rwdir's own threads while a short COMMAND runs: rwdir is COMMAND's
+    // grandparent (the reaper, a fork of rwdir, is its parent), or its parent with
+    // `--no-wait-children`. The lock's watch thread starts only when its first refresh
+    // or check is due (lease/3 or 500 ms after the lock is taken).
+    let grandparent = r#"rwdir=$(sed -n 's/^PPid:[[:space:]]*//p' /proc/$PPID/status); ls /proc/$rwdir/task | wc -l"#;
+    let parent = "ls /proc/$PPID/task | wc -l";
+    let d = t.d();
     for mode in ["read", "write"] {
-        // COMMAND's parent is rwdir: count its threads while COMMAND runs.
-        let r = t
-            .rwdir([mode, &t.d(), "sh", "-c", "ls /proc/$PPID/task | wc -l"])
-            .run();
-        r.expect_code(0);
-        r.check(
-            r.stdout.trim() == "1",
-            "rwdir runs no thread but its main one (no signal, wait or heartbeat thread)",
-        );
+        for (opts, script) in [
+            (&[][..], grandparent),
+            (&["--no-wait-children"][..], parent),
+        ] {
+            let mut args = vec![mode];
+            args.extend(opts);
+            args.extend([d.as_str(), "sh", "-c", script]);
+            let r = t.rwdir(&args).run();
+            r.expect_code(0);
+            r.check(
+                r.stdout.trim() == "1",
+                "rwdir runs no thread but its main one (no signal, wait, heartbeat or watch \
+                 thread) while a short COMMAND runs",
+            );
+        }
     }
 }
 

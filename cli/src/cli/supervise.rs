@@ -13,7 +13,8 @@
 //! While COMMAND runs, a second thread, [`watch`], refreshes the lock file every lease/3
 //! and checks the lock every [`CHECK_EVERY`] (the library's heartbeat thread is off:
 //! `Builder::background_heartbeat(false)`), and closes a pipe that the event loop polls
-//! once it finds the lock lost. The event loop itself makes no system call on the lock's
+//! once it finds the lock lost. The event loop starts that thread when its first round
+//! is due, so a COMMAND done sooner costs no thread ([`Watch`]). The event loop itself makes no system call on the lock's
 //! files: every [`CHECK_EVERY`] it asks the guard's watchdog (`is_lost`, which reads only
 //! the clock). So when the filesystem stops answering (a network filesystem cut off from
 //! its server blocks calls with no timeout), the watch thread blocks, but the event loop
@@ -197,16 +198,9 @@ pub(crate) fn run(mode: Mode, args: &LockArgs, lease: Option<Duration>) -> Resul
         }
     };
 
-    // The lock's watch thread, before COMMAND runs.
+    // The lock's watch: its thread starts when the first refresh or check is due.
     let guard = Arc::new(guard);
-    let mut watch = match Watch::start(&guard, lock.lease()) {
-        Ok(watch) => watch,
-        Err(e) => {
-            child.abort();
-            events.wait_exit(REAP_WITHIN);
-            return Err(e);
-        }
-    };
+    let mut watch = Watch::new(lock.lease());
 
     // Hand the terminal to COMMAND's group (as a shell does), then let it go.
     let terminal = Terminal::hand_over(pgid);
@@ -264,48 +258,101 @@ pub(crate) fn run(mode: Mode, args: &LockArgs, lease: Option<Duration>) -> Resul
 /// The thread that refreshes the lock file every lease/3 and checks the lock every
 /// [`CHECK_EVERY`] while COMMAND runs: its system calls may block (a filesystem that
 /// stopped answering), the event loop's must not.
+///
+/// It is started when its first refresh or check is due (lease/3 or [`CHECK_EVERY`]
+/// after the lock was taken, whichever comes first), not before: a COMMAND that is done
+/// by then never costs rwdir a thread (a thread's start and join cost a short command
+/// more than a tenth of a millisecond, docs/notes/command-startup.md). Should the
+/// thread not start then (no resources for one), the event loop makes that round's
+/// refresh and check itself, says so once, and tries again at the next round.
 #[derive(Debug)]
 struct Watch {
+    lease: Duration,
+    /// When the lock was taken: the thread's schedule counts from there.
+    since: Instant,
+    /// While no thread runs: when the next round is due, which starts it.
+    due: Option<Instant>,
+    /// Whether rwdir said that the thread could not start.
+    said: bool,
     /// Dropped to stop the thread.
     stop: Option<crossbeam_channel::Sender<()>>,
     /// The read end of a pipe the thread closes once it found the lock lost (or died);
     /// polled by the event loop until then.
     done: Option<OwnedFd>,
     /// The loss it found.
-    found: Receiver<rwdir::Error>,
+    found: Option<Receiver<rwdir::Error>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Watch {
-    fn start(guard: &Arc<Guard>, lease: Duration) -> Result<Watch, Error> {
+    /// The watch of a lock taken just now, with its thread not started yet.
+    fn new(lease: Duration) -> Watch {
+        let since = Instant::now();
+        Watch {
+            lease,
+            since,
+            due: since.checked_add(refresh_every(lease).min(CHECK_EVERY)),
+            said: false,
+            stop: None,
+            done: None,
+            found: None,
+            thread: None,
+        }
+    }
+
+    /// When the event loop must call [`Watch::round`] next (`None`: the thread runs).
+    fn due(&self) -> Option<Instant> {
+        self.due
+    }
+
+    /// A round is due: starts the thread, or, if it cannot start, refreshes and checks
+    /// the lock on this thread and tries again at the next round. Returns the loss that
+    /// refresh or check found.
+    fn round(&mut self, guard: &Arc<Guard>, now: Instant) -> rwdir::Result<()> {
+        match self.start(guard) {
+            Ok(()) => {
+                self.due = None;
+                Ok(())
+            }
+            Err(e) => {
+                if !self.said {
+                    self.said = true;
+                    say(&format!(
+                        "warning: cannot start a thread to watch the lock ({e}); \
+                         refreshing and checking it on the main thread meanwhile"
+                    ));
+                }
+                self.due = now.checked_add(refresh_every(self.lease).min(CHECK_EVERY));
+                guard.refresh()?;
+                guard.check()
+            }
+        }
+    }
+
+    fn start(&mut self, guard: &Arc<Guard>) -> io::Result<()> {
         let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
         let (tx, found) = crossbeam_channel::bounded(1);
-        let (done_r, done_w) =
-            nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| Error::sys("create a pipe", e))?;
+        let (done_r, done_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
         let guard = Arc::clone(guard);
+        let (lease, since) = (self.lease, self.since);
         let thread = std::thread::Builder::new()
             .name("rwdir-watch".into())
             .spawn(move || {
-                if let Err(e) = watch(&guard, lease, &stopped) {
+                if let Err(e) = watch(&guard, lease, since, &stopped) {
                     let _ = tx.send(e);
                 }
                 drop(done_w);
-            })
-            .map_err(|e| Error::Sys {
-                action: "start a thread",
-                source: e,
             })?;
-        Ok(Watch {
-            stop: Some(stop),
-            done: Some(done_r),
-            found,
-            thread: Some(thread),
-        })
+        self.stop = Some(stop);
+        self.done = Some(done_r);
+        self.found = Some(found);
+        self.thread = Some(thread);
+        Ok(())
     }
 
     /// The loss the thread found, if it reported one.
     fn found(&self) -> Option<rwdir::Error> {
-        self.found.try_recv().ok()
+        self.found.as_ref()?.try_recv().ok()
     }
 
     /// Stops the thread and waits for it (a refresh in progress ends first), then gives
@@ -338,15 +385,24 @@ impl Watch {
     }
 }
 
-/// The watch thread's loop: returns the loss a refresh or a check found, or `Ok` once
-/// `stopped` is dropped.
-fn watch(guard: &Guard, lease: Duration, stopped: &Receiver<()>) -> rwdir::Result<()> {
-    // The library's heartbeat period; never a busy loop, even for a tiny lease.
-    let refresh_every = (lease / 3).max(Duration::from_millis(10));
-    let start = Instant::now();
-    let mut next_check = start + CHECK_EVERY;
+/// How often the lock file is refreshed: the library's heartbeat period, never a busy
+/// loop, even for a tiny lease.
+fn refresh_every(lease: Duration) -> Duration {
+    (lease / 3).max(Duration::from_millis(10))
+}
+
+/// The watch thread's loop, on the schedule of a lock taken at `since`: returns the loss
+/// a refresh or a check found, or `Ok` once `stopped` is dropped.
+fn watch(
+    guard: &Guard,
+    lease: Duration,
+    since: Instant,
+    stopped: &Receiver<()>,
+) -> rwdir::Result<()> {
+    let refresh_every = refresh_every(lease);
+    let mut next_check = since + CHECK_EVERY;
     // `None`: a lease too long to represent, no refresh is ever due.
-    let mut next_refresh = start.checked_add(refresh_every);
+    let mut next_refresh = since.checked_add(refresh_every);
     loop {
         let until = next_refresh.map_or(next_check, |r| r.min(next_check));
         match stopped.recv_deadline(until) {
@@ -589,7 +645,7 @@ fn waiting_line(lock: &DirLock, mode: Mode, dir: &Path) -> String {
 fn supervise(
     pgid: Pid,
     reaped: bool,
-    guard: &Guard,
+    guard: &Arc<Guard>,
     watch: &mut Watch,
     terminal: &Terminal,
     events: &mut Events,
@@ -598,7 +654,12 @@ fn supervise(
     let mut lost: Option<(rwdir::Error, Instant)> = None;
     let mut killed = false;
     let status = loop {
-        match events.next(Some(next_check), watch.done.as_ref())? {
+        // Once the lock is lost, no more rounds: only SIGKILL's time is awaited.
+        let until = match (&lost, watch.due()) {
+            (None, Some(due)) => due.min(next_check),
+            _ => next_check,
+        };
+        match events.next(Some(until), watch.done.as_ref())? {
             Event::Child(Ok(WaitStatus::Exited(_, code))) => {
                 break u8::try_from(code & 0xff).unwrap_or(code::FAILURE);
             }
@@ -626,6 +687,15 @@ fn supervise(
             }
             Event::Timeout => {
                 let now = Instant::now();
+                if lost.is_none()
+                    && watch.due().is_some_and(|t| now >= t)
+                    && let Err(e) = watch.round(guard, now)
+                {
+                    lost = Some(stop_command(pgid, e));
+                }
+                if now < next_check {
+                    continue;
+                }
                 next_check = now + CHECK_EVERY;
                 match &lost {
                     None => {
