@@ -7,7 +7,6 @@
 #[path = "cli/util.rs"]
 mod util;
 
-use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -863,7 +862,7 @@ fn the_lock_file_is_refreshed_while_command_runs() {
     for (mode, prefix) in [("read", ".slave_lock-"), ("write", ".master_lock")] {
         // A lease of 0.3 s: a refresh every 0.1 s.
         let h = t.hold(mode, &["--lease", "0.3"], &format!("{mode}-ready"));
-        expect_refreshed(&t, &h, prefix);
+        t.expect_refreshed(&h, prefix);
         h.release().expect_code(0);
     }
 }
@@ -879,32 +878,6 @@ fn a_lock_obtained_after_waiting_is_refreshed_too() {
     );
     w.release().expect_code(0);
     r.wait_ready();
-    expect_refreshed(&t, &r, ".slave_lock-");
+    t.expect_refreshed(&r, ".slave_lock-");
     r.release().expect_code(0);
-}
-
-/// Ages the one lock file named `prefix*` by a minute and waits (bounded) until rwdir
-/// refreshes it.
-#[track_caller]
-fn expect_refreshed(t: &Dir, h: &util::Holder, prefix: &str) {
-    let files = t.lock_files(prefix);
-    assert_eq!(files.len(), 1, "one lock file{}", h.report(""));
-    let file = &files[0];
-    let aged = SystemTime::now() - Duration::from_secs(60);
-    let since = aged.duration_since(UNIX_EPOCH).expect("after the epoch");
-    let tv = nix::sys::time::TimeVal::new(
-        i64::try_from(since.as_secs()).expect("seconds"),
-        i64::from(since.subsec_micros()),
-    );
-    nix::sys::stat::lutimes(file, &tv, &tv).expect("age the lock file");
-    let mtime = || {
-        fs::symlink_metadata(file)
-            .and_then(|m| m.modified())
-            .unwrap_or_else(|e| panic!("mtime of {}: {e}{}", file.display(), h.report("")))
-    };
-    let first = mtime();
-    util::wait_until(
-        || mtime() > first,
-        || format!("rwdir never refreshed {}{}", file.display(), h.report("")),
-    );
 }

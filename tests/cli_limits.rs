@@ -140,32 +140,7 @@ fn a_watch_thread_refused_leaves_the_refresh_to_the_main_thread(root: &Path) {
     h.wait_stderr(SAID);
 
     // The refresh goes on: age the lock file and watch rwdir touch it again.
-    let files = t.lock_files(".master_lock");
-    assert_eq!(files.len(), 1, "one .master_lock{}", h.report(""));
-    let file = &files[0];
-    let aged = SystemTime::now() - Duration::from_secs(60);
-    let since = aged.duration_since(UNIX_EPOCH).expect("after the epoch");
-    let tv = nix::sys::time::TimeVal::new(
-        i64::try_from(since.as_secs()).expect("seconds"),
-        i64::from(since.subsec_micros()),
-    );
-    nix::sys::stat::lutimes(file, &tv, &tv).expect("age the lock file");
-    let mtime = || {
-        fs::symlink_metadata(file)
-            .and_then(|m| m.modified())
-            .unwrap_or_else(|e| panic!("mtime of {}: {e}{}", file.display(), h.report("")))
-    };
-    let first = mtime();
-    util::wait_until(
-        || mtime() > first,
-        || {
-            format!(
-                "rwdir never refreshed {} without its thread{}",
-                file.display(),
-                h.report("")
-            )
-        },
-    );
+    t.expect_refreshed(&h, ".master_lock");
 
     let r = h.release();
     r.expect_code(0);

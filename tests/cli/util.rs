@@ -14,7 +14,7 @@ use std::io::Read as _;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 #[path = "bin.rs"]
 mod bin;
@@ -101,6 +101,32 @@ impl Dir {
             line: command_line(&args),
             root: self.root().to_path_buf(),
         }
+    }
+
+    /// Ages the one lock file named `prefix*` by a minute and waits (bounded) until the
+    /// holder's rwdir refreshes it.
+    #[track_caller]
+    pub fn expect_refreshed(&self, h: &Holder, prefix: &str) {
+        let files = self.lock_files(prefix);
+        assert_eq!(files.len(), 1, "one lock file{}", h.report(""));
+        let file = &files[0];
+        let aged = SystemTime::now() - Duration::from_secs(60);
+        let since = aged.duration_since(UNIX_EPOCH).expect("after the epoch");
+        let tv = nix::sys::time::TimeVal::new(
+            i64::try_from(since.as_secs()).expect("seconds"),
+            i64::from(since.subsec_micros()),
+        );
+        nix::sys::stat::lutimes(file, &tv, &tv).expect("age the lock file");
+        let mtime = || {
+            fs::symlink_metadata(file)
+                .and_then(|m| m.modified())
+                .unwrap_or_else(|e| panic!("mtime of {}: {e}{}", file.display(), h.report("")))
+        };
+        let first = mtime();
+        wait_until(
+            || mtime() > first,
+            || format!("rwdir never refreshed {}{}", file.display(), h.report("")),
+        );
     }
 
     /// A recursive listing of the root, for failure messages.
