@@ -14,13 +14,13 @@
 //! and checks the lock every [`CHECK_EVERY`] (the library's heartbeat thread is off:
 //! `Builder::background_heartbeat(false)`), and closes a pipe that the event loop polls
 //! once it finds the lock lost. The event loop starts that thread when its first round
-//! is due, so a COMMAND done sooner costs no thread ([`Watch`]). The event loop itself makes no system call on the lock's
-//! files: every [`CHECK_EVERY`] it asks the guard's watchdog (`is_lost`, which reads only
-//! the clock). So when the filesystem stops answering (a network filesystem cut off from
-//! its server blocks calls with no timeout), the watch thread blocks, but the event loop
-//! still sends COMMAND SIGTERM once the watchdog runs out, and rwdir exits 74 without
-//! waiting for the filesystem (the guard is released on a thread of its own, for at most
-//! [`RELEASE_WITHIN`]).
+//! is due, so a COMMAND done sooner costs no thread ([`Watch`]). The event loop itself
+//! makes no system call on the lock's files: every [`CHECK_EVERY`] it asks the guard's
+//! watchdog (`is_lost`, which reads only the clock). So when the filesystem stops
+//! answering (a network filesystem cut off from its server blocks calls with no
+//! timeout), the watch thread blocks, but the event loop still sends COMMAND SIGTERM
+//! once the watchdog runs out, and rwdir exits 74 without waiting for the filesystem
+//! (the guard is released on a thread of its own, for at most [`RELEASE_WITHIN`]).
 //!
 //! Only when the first attempt finds the lock busy does a second thread take it (waiting
 //! costs far more than a thread); on a shared filesystem, where even the first attempt
